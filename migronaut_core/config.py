@@ -1,0 +1,280 @@
+"""Configuration: where the database is, where migrations live, what to call things.
+
+Sources, lowest precedence first: built-in defaults → ``migronaut.toml`` in the
+working directory (or else the ``[tool.migronaut]`` table of its ``pyproject.toml``)
+→ environment variables → keyword arguments. Every source is validated the same
+way: an unknown key or a wrong type is a :class:`ConfigInvalidError` naming the key
+and where it came from, raised before anything connects or writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pymongo.uri_parser import parse_uri
+
+from migronaut_core.errors import ConfigInvalidError
+
+CONFIG_FILE = "migronaut.toml"
+PYPROJECT_FILE = "pyproject.toml"
+
+#: Environment variables and the keys they set.
+ENV_KEYS: Mapping[str, str] = {
+    "MIGRONAUT_MONGODB_URI": "uri",
+    "MIGRONAUT_DATABASE": "database",
+    "MIGRONAUT_MIGRATIONS_DIR": "migrations_dir",
+}
+
+_COLLECTION_KEYS = ("changelog_collection", "lock_collection", "background_collection")
+_DATABASE_NAME = re.compile(r"^[^/\\. \"$*<>:|?\x00]{1,63}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Validated settings of one migronaut kit.
+
+    :param uri: MongoDB connection string.
+    :param database: database holding the application's data and migronaut's
+        bookkeeping; defaults to the URI's default database.
+    :param migrations_dir: directory of migration modules; a relative path is
+        resolved against the directory of the config file that set it (else the cwd).
+    :param changelog_collection: one record per applied migration.
+    :param lock_collection: the run lock, coordinator locks and watcher leaders.
+    :param background_collection: prefix of the background migration collections
+        (``<prefix>``, ``<prefix>_partitions``, ``<prefix>_watch``).
+    :param lock_ttl_seconds: how long a lock outlives a holder that stopped renewing it.
+    :param use_transaction: run each regular migration and its changelog record in
+        one transaction (needs a replica set or sharded cluster).
+    :param background_inline: drive background migrations to completion inside ``up``.
+    :param server_selection_timeout_ms: how long to look for a usable server.
+    """
+
+    uri: str = "mongodb://127.0.0.1:27017"
+    database: str | None = None
+    migrations_dir: Path = Path("migrations")
+    changelog_collection: str = "migronaut_changelog"
+    lock_collection: str = "migronaut_lock"
+    background_collection: str = "migronaut_background"
+    lock_ttl_seconds: float = 60.0
+    use_transaction: bool = False
+    background_inline: bool = False
+    server_selection_timeout_ms: int = 10_000
+
+    @property
+    def background_collections(self) -> BackgroundCollections:
+        return BackgroundCollections.from_prefix(self.background_collection)
+
+    @property
+    def bookkeeping_collections(self) -> tuple[str, ...]:
+        """Every collection migronaut writes its own records to; never migrated."""
+        background = self.background_collections
+        return (
+            self.changelog_collection,
+            self.lock_collection,
+            background.state,
+            background.partitions,
+            background.watch,
+        )
+
+    def database_name(self) -> str:
+        """Return the database to use: the configured one, else the URI's default."""
+        if self.database:
+            return self.database
+        try:
+            parsed = parse_uri(self.uri)
+        except Exception as exc:  # pymongo raises several types for a bad URI
+            raise ConfigInvalidError(
+                "uri is not a valid MongoDB connection string", {"key": "uri"}
+            ) from exc
+        name = parsed.get("database")
+        if not name:
+            raise ConfigInvalidError(
+                "database is not set: give `database` (or MIGRONAUT_DATABASE), "
+                "or put a default database in the URI",
+                {"key": "database"},
+            )
+        return str(name)
+
+
+@dataclass(frozen=True, slots=True)
+class BackgroundCollections:
+    """Names of the collections that hold background migration state."""
+
+    state: str
+    partitions: str
+    watch: str
+
+    @classmethod
+    def from_prefix(cls, prefix: str) -> BackgroundCollections:
+        return cls(state=prefix, partitions=f"{prefix}_partitions", watch=f"{prefix}_watch")
+
+
+_FIELD_TYPES: Mapping[str, tuple[type, ...]] = {
+    "uri": (str,),
+    "database": (str,),
+    "migrations_dir": (str, Path),
+    "changelog_collection": (str,),
+    "lock_collection": (str,),
+    "background_collection": (str,),
+    "lock_ttl_seconds": (int, float),
+    "use_transaction": (bool,),
+    "background_inline": (bool,),
+    "server_selection_timeout_ms": (int,),
+}
+
+
+def load_config(
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    cwd: Path | str | None = None,
+    env: Mapping[str, str] | None = None,
+    config_file: Path | str | None = None,
+) -> Config:
+    """Build a :class:`Config` from files, environment and ``overrides``.
+
+    :param overrides: keyword settings; ``None`` values are ignored.
+    :param cwd: where to look for ``migronaut.toml`` / ``pyproject.toml``.
+    :param env: environment to read (defaults to ``os.environ``).
+    :param config_file: an explicit TOML file; it must exist.
+    :raises ConfigInvalidError: on any unknown key, wrong type or bad value.
+    """
+    base = Path(cwd) if cwd is not None else Path.cwd()
+    values: dict[str, Any] = {}
+    for source, settings, relative_to in _sources(base, env, config_file, overrides):
+        for key, value in settings.items():
+            values[key] = _checked(key, value, source)
+            if key == "migrations_dir":
+                values[key] = (relative_to / Path(value)).resolve()
+    if "migrations_dir" not in values:
+        values["migrations_dir"] = (base / "migrations").resolve()
+    config = Config(**values)
+    _check_values(config)
+    return config
+
+
+def _sources(
+    base: Path,
+    env: Mapping[str, str] | None,
+    config_file: Path | str | None,
+    overrides: Mapping[str, Any] | None,
+) -> list[tuple[str, Mapping[str, Any], Path]]:
+    sources: list[tuple[str, Mapping[str, Any], Path]] = []
+    file_settings = _file_settings(base, config_file)
+    if file_settings is not None:
+        sources.append(file_settings)
+    environment = os.environ if env is None else env
+    from_env = {key: environment[var] for var, key in ENV_KEYS.items() if environment.get(var)}
+    sources.append(("environment", from_env, base))
+    given = {key: value for key, value in (overrides or {}).items() if value is not None}
+    sources.append(("arguments", given, base))
+    return sources
+
+
+def _file_settings(
+    base: Path, config_file: Path | str | None
+) -> tuple[str, Mapping[str, Any], Path] | None:
+    if config_file is not None:
+        path = Path(config_file)
+        if not path.is_file():
+            raise ConfigInvalidError(
+                f"config file {path} does not exist", {"key": "config_file", "path": str(path)}
+            )
+        return str(path), _read_toml(path), path.parent.resolve()
+    own = base / CONFIG_FILE
+    if own.is_file():
+        return str(own), _read_toml(own), base.resolve()
+    pyproject = base / PYPROJECT_FILE
+    if pyproject.is_file():
+        table = _read_toml(pyproject).get("tool", {}).get("migronaut")
+        if table is not None:
+            if not isinstance(table, dict):
+                raise ConfigInvalidError(
+                    f"[tool.migronaut] in {pyproject} must be a table", {"key": "tool.migronaut"}
+                )
+            return f"{pyproject} [tool.migronaut]", table, base.resolve()
+    return None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigInvalidError(
+            f"{path} is not valid TOML: {exc}", {"key": "config_file", "path": str(path)}
+        ) from exc
+
+
+def _checked(key: str, value: Any, source: str) -> Any:
+    types = _FIELD_TYPES.get(key)
+    if types is None:
+        known = ", ".join(sorted(_FIELD_TYPES))
+        raise ConfigInvalidError(
+            f"unknown config key {key!r} in {source} (known keys: {known})",
+            {"key": key, "source": source},
+        )
+    if source == "environment":
+        return value
+    # bool is an int in Python; a flag is never a number and a number never a flag.
+    is_bool = isinstance(value, bool)
+    if not isinstance(value, types) or (is_bool and bool not in types):
+        expected = " or ".join(t.__name__ for t in types)
+        raise ConfigInvalidError(
+            f"config key {key!r} in {source} must be {expected}, not {type(value).__name__}",
+            {"key": key, "source": source},
+        )
+    return value
+
+
+def _check_values(config: Config) -> None:
+    if not config.uri.startswith(("mongodb://", "mongodb+srv://")):
+        raise ConfigInvalidError("uri must start with mongodb:// or mongodb+srv://", {"key": "uri"})
+    if config.database is not None and not _DATABASE_NAME.match(config.database):
+        raise ConfigInvalidError(
+            "database is not a valid MongoDB database name", {"key": "database"}
+        )
+    for key in _COLLECTION_KEYS:
+        _check_collection_name(key, getattr(config, key))
+    names = config.bookkeeping_collections
+    if len(set(names)) != len(names):
+        raise ConfigInvalidError(
+            "changelog_collection, lock_collection and background_collection must not overlap",
+            {"key": "changelog_collection"},
+        )
+    if not 1 <= config.lock_ttl_seconds <= 86_400:
+        raise ConfigInvalidError(
+            "lock_ttl_seconds must be between 1 and 86400", {"key": "lock_ttl_seconds"}
+        )
+    if not 100 <= config.server_selection_timeout_ms <= 600_000:
+        raise ConfigInvalidError(
+            "server_selection_timeout_ms must be between 100 and 600000",
+            {"key": "server_selection_timeout_ms"},
+        )
+
+
+def _check_collection_name(key: str, name: str) -> None:
+    if (
+        not name
+        or len(name) > 100
+        or "$" in name
+        or "\x00" in name
+        or name.startswith(("system.", "."))
+        or name.endswith(".")
+    ):
+        raise ConfigInvalidError(f"{key} is not a valid collection name", {"key": key})
+
+
+def replace(config: Config, **changes: Any) -> Config:
+    """Return ``config`` with ``changes`` applied and validated again."""
+    for key, value in changes.items():
+        _checked(key, value, "arguments")
+    updated = dataclasses.replace(config, **changes)
+    _check_values(updated)
+    return updated

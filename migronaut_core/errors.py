@@ -1,0 +1,232 @@
+"""The one error hierarchy of migronaut.
+
+Every failure the engine reports is a :class:`MigronautError` carrying a stable
+``code`` (for scripts and alerting), a human ``message`` and a ``context`` dict of
+identifiers (names, counts, collection names — never document values). Errors are
+grouped by how a caller should react; ``retryable`` says whether running the same
+call again may succeed without anyone changing anything::
+
+    MigronautError
+    ├── ConfigInvalidError (ValueError)       bad config, spec, option or argument
+    ├── MigrationFileError
+    │   ├── MigrationFileNotFoundError
+    │   ├── MigrationInvalidNameError
+    │   └── MigrationInvalidExportError     a module that does not load or exports wrong
+    ├── ChecksumMismatchError                 an applied file changed since
+    ├── NotAppliedError
+    ├── IrreversibleMigrationError
+    ├── MigrationFailedError                  a migration's own code raised
+    ├── RunAbortedError                       the run was cancelled between migrations
+    ├── LockError
+    │   ├── LockAlreadyHeldError              retryable
+    │   └── LockLostError (LeaseLost)         retryable
+    ├── StoreError                            MongoDB itself failed us
+    │   ├── ConnectionFailedError             retryable
+    │   └── TransactionsUnsupportedError
+    ├── ServerUnavailableError                no MongoDB to test or demo against
+    └── BackgroundError
+        ├── BackgroundPendingError            a requirement has not completed yet
+        ├── BackgroundConflictError           a control that does not fit the state
+        ├── BackgroundFailedError
+        └── BatchFailed                       retryable: one slice failed
+
+Lower-layer errors are chained (``raise ... from exc``) so tracebacks keep them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class MigronautError(Exception):
+    """Base of every error migronaut raises on purpose.
+
+    :param message: what went wrong, for a person; never contains document values.
+    :param context: identifiers that help locate the problem (JSON-safe).
+    """
+
+    code: ClassVar[str] = "MIGRONAUT_ERROR"
+    retryable: ClassVar[bool] = False
+    #: The CLI's exit status for this class of failure.
+    exit_code: ClassVar[int] = 1
+
+    def __init__(self, message: str, context: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.context: dict[str, Any] = dict(context or {})
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keep errors picklable across process boundaries (Airflow, multiprocessing).
+        return (self.__class__, (self.message, self.context))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON shape used by ``--json`` output and events."""
+        return {"code": self.code, "message": self.message, "context": self.context}
+
+
+class ConfigInvalidError(MigronautError, ValueError):
+    """A configuration key, migration spec, option or argument is wrong.
+
+    Raised before anything is written; ``context["key"]`` names the culprit when
+    there is one.
+    """
+
+    code = "CONFIG_INVALID"
+    exit_code = 2
+
+
+#: The short name the style guide uses.
+ConfigError = ConfigInvalidError
+
+
+class MigrationFileError(MigronautError):
+    """A migration file cannot be used as it is."""
+
+    code = "MIGRATION_FILE_INVALID"
+    exit_code = 3
+
+
+class MigrationFileNotFoundError(MigrationFileError):
+    code = "MIGRATION_FILE_NOT_FOUND"
+
+
+class MigrationInvalidNameError(MigrationFileError):
+    code = "MIGRATION_INVALID_NAME"
+
+
+class MigrationInvalidExportError(MigrationFileError):
+    code = "MIGRATION_INVALID_EXPORT"
+
+
+class ChecksumMismatchError(MigronautError):
+    """An applied migration's file no longer matches what was applied."""
+
+    code = "CHECKSUM_MISMATCH"
+    exit_code = 4
+
+
+class NotAppliedError(MigronautError):
+    code = "NOT_APPLIED"
+    exit_code = 5
+
+
+class IrreversibleMigrationError(MigronautError):
+    code = "IRREVERSIBLE_MIGRATION"
+    exit_code = 5
+
+
+class MigrationFailedError(MigronautError):
+    """A migration's own ``up``/``down`` raised; the cause is chained."""
+
+    code = "MIGRATION_FAILED"
+    exit_code = 6
+
+
+class RunAbortedError(MigronautError):
+    code = "RUN_ABORTED"
+    exit_code = 7
+
+
+class LockError(MigronautError):
+    code = "LOCK_ERROR"
+    retryable = True
+    exit_code = 8
+
+
+class LockAlreadyHeldError(LockError):
+    """Another run holds the lock; ``context["holder"]`` says who, when known."""
+
+    code = "LOCK_ALREADY_HELD"
+
+
+class LockLostError(LockError):
+    """The lock or lease expired or was taken over while we held it."""
+
+    code = "LOCK_LOST"
+
+
+#: The style guide's name for a lost partition lease.
+LeaseLost = LockLostError
+
+
+class StoreError(MigronautError):
+    """MongoDB refused or failed an operation migronaut needed."""
+
+    code = "STORE_ERROR"
+    exit_code = 9
+
+
+class ConnectionFailedError(StoreError):
+    code = "CONNECTION_FAILED"
+    retryable = True
+
+
+class TransactionsUnsupportedError(StoreError):
+    code = "TRANSACTIONS_UNSUPPORTED"
+
+
+class ServerUnavailableError(MigronautError):
+    """No MongoDB server could be found or started for tests or the demo."""
+
+    code = "SERVER_UNAVAILABLE"
+    exit_code = 10
+
+
+class BackgroundError(MigronautError):
+    code = "BACKGROUND_ERROR"
+    exit_code = 11
+
+
+class BackgroundPendingError(BackgroundError):
+    """A migration requires background migrations that have not completed."""
+
+    code = "BACKGROUND_PENDING"
+
+
+class BackgroundConflictError(BackgroundError):
+    """An action does not fit the background migration's current state."""
+
+    code = "BACKGROUND_CONFLICT"
+
+
+class BackgroundFailedError(BackgroundError):
+    code = "BACKGROUND_FAILED"
+
+
+class BatchFailed(BackgroundError):  # noqa: N818 - the name the design uses
+    """One slice of a lane failed; running it again may succeed."""
+
+    code = "BATCH_FAILED"
+    retryable = True
+
+
+__all__ = [
+    "BackgroundConflictError",
+    "BackgroundError",
+    "BackgroundFailedError",
+    "BackgroundPendingError",
+    "BatchFailed",
+    "ChecksumMismatchError",
+    "ConfigError",
+    "ConfigInvalidError",
+    "ConnectionFailedError",
+    "IrreversibleMigrationError",
+    "LeaseLost",
+    "LockAlreadyHeldError",
+    "LockError",
+    "LockLostError",
+    "MigrationFailedError",
+    "MigrationFileError",
+    "MigrationFileNotFoundError",
+    "MigrationInvalidExportError",
+    "MigrationInvalidNameError",
+    "MigronautError",
+    "NotAppliedError",
+    "RunAbortedError",
+    "ServerUnavailableError",
+    "StoreError",
+    "TransactionsUnsupportedError",
+]

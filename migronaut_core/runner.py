@@ -1,0 +1,622 @@
+"""The migration runner: ``up``, ``down``, ``status`` and ``create``.
+
+A run takes the ``migrations`` lock, checks everything it is about to do (names,
+checksums of applied files, that every target module loads, that irreversible
+ones are not being reverted, that transactions are available when asked for) and
+only then executes migrations one by one, recording each in the changelog. A
+failure stops the run at that migration; the ones before it stay applied.
+
+Background migrations plug in through :class:`BackgroundHooks`: ``up`` registers
+them, ``down`` reverts or withdraws them, and the ``requires`` guard stops a
+regular migration whose background requirements have not completed.
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import pendulum
+from pymongo import MongoClient
+from pymongo.client_session import ClientSession
+from pymongo.database import Database
+from pymongo.errors import PyMongoError
+from pymongo.topology_description import TOPOLOGY_TYPE
+
+from migronaut_core import files
+from migronaut_core.changelog import Actor, Changelog, ChangelogRecord
+from migronaut_core.config import Config
+from migronaut_core.errors import (
+    BackgroundPendingError,
+    ChecksumMismatchError,
+    ConfigInvalidError,
+    IrreversibleMigrationError,
+    MigrationFailedError,
+    MigrationInvalidExportError,
+    MigronautError,
+    NotAppliedError,
+    RunAbortedError,
+    StoreError,
+    TransactionsUnsupportedError,
+)
+from migronaut_core.files import LoadedMigration, MigrationFile, MigrationKind
+from migronaut_core.lock import MongoLock
+
+log = logging.getLogger(__name__)
+
+Direction = Literal["up", "down"]
+RUN_LOCK = "migrations"
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationContext:
+    """What a migration's ``up(ctx)`` / ``down(ctx)`` receives.
+
+    ``session`` is set when the migration runs in a transaction; pass it to every
+    operation (``ctx.db.users.update_many(..., session=ctx.session)``) so the work
+    commits or rolls back with the changelog record.
+    """
+
+    name: str
+    direction: Direction
+    db: Database[dict[str, Any]]
+    client: MongoClient[dict[str, Any]]
+    session: ClientSession | None
+    run_id: str
+    log: logging.Logger
+    cancel: threading.Event
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationResult:
+    name: str
+    kind: MigrationKind
+    status: Literal["applied", "reverted", "registered", "withdrawn", "waiting"]
+    duration_ms: int
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "status": self.status,
+            "duration_ms": self.duration_ms,
+            **({"details": self.details} if self.details else {}),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    run_id: str
+    direction: Direction
+    migrations: tuple[MigrationResult, ...]
+    #: Set when the run stopped cleanly before a migration that waits for a
+    #: background migration (``on_background_pending="stop"``).
+    stopped_at: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "direction": self.direction,
+            "migrations": [result.to_dict() for result in self.migrations],
+            "stopped_at": self.stopped_at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class StatusRow:
+    name: str
+    status: Literal["applied", "pending"]
+    applied_at: str | None
+    checksum_ok: bool | None
+    kind: MigrationKind | None
+    description: str | None
+    file_missing: bool = False
+    last_error: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        row: dict[str, Any] = {
+            "name": self.name,
+            "status": self.status,
+            "applied_at": self.applied_at,
+            "checksum_ok": self.checksum_ok,
+            "kind": self.kind,
+            "description": self.description,
+        }
+        if self.file_missing:
+            row["file_missing"] = True
+        if self.last_error:
+            row["last_error"] = self.last_error
+        return row
+
+
+class BackgroundHooks(Protocol):
+    """What the runner needs from the background engine."""
+
+    def check(self, migration: LoadedMigration, direction: Direction) -> None:
+        """Validate a background migration before anything is written."""
+
+    def register(self, migration: LoadedMigration, ctx: MigrationContext) -> dict[str, Any]:
+        """Register (``up``) a background migration; return what to report."""
+
+    def revert(self, migration: LoadedMigration, ctx: MigrationContext) -> dict[str, Any]:
+        """Revert or withdraw (``down``) a background migration."""
+
+    def waiting_for(self, requires: Sequence[str]) -> list[dict[str, Any]]:
+        """Return the ``requires`` that have not completed, as ``{migration, status}``."""
+
+    def after_applied(self, migration: LoadedMigration, ctx: MigrationContext) -> None:
+        """Called after a background migration's registration was recorded."""
+
+
+class NoBackgroundEngine:
+    """Stands in when no background engine is wired: such files are refused clearly."""
+
+    def check(self, migration: LoadedMigration, direction: Direction) -> None:
+        raise MigrationInvalidExportError(
+            f"migration {migration.name} is a background migration, and this kit has no "
+            "background engine",
+            {"name": migration.name},
+        )
+
+    def register(self, migration: LoadedMigration, ctx: MigrationContext) -> dict[str, Any]:
+        self.check(migration, "up")
+        return {}
+
+    def revert(self, migration: LoadedMigration, ctx: MigrationContext) -> dict[str, Any]:
+        self.check(migration, "down")
+        return {}
+
+    def waiting_for(self, requires: Sequence[str]) -> list[dict[str, Any]]:
+        return [{"migration": name, "status": "unknown"} for name in requires]
+
+    def after_applied(self, migration: LoadedMigration, ctx: MigrationContext) -> None:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """Options shared by ``up`` and ``down``.
+
+    :param wait_for_lock_seconds: wait this long for another run's lock; 0 fails at once.
+    :param actor: who asked and why.
+    :param allow_checksum_mismatch: run although applied files changed since.
+    :param on_background_pending: ``"error"`` raises BackgroundPendingError when a
+        migration requires unfinished background migrations; ``"stop"`` ends the run
+        cleanly before it.
+    :param cancel: set it to stop the run between migrations (RunAbortedError).
+    """
+
+    wait_for_lock_seconds: float = 0
+    actor: Actor = field(default_factory=Actor)
+    allow_checksum_mismatch: bool = False
+    on_background_pending: Literal["error", "stop"] = "error"
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        if self.on_background_pending not in ("error", "stop"):
+            raise ConfigInvalidError(
+                "on_background_pending must be 'error' or 'stop'", {"key": "on_background_pending"}
+            )
+        if self.wait_for_lock_seconds < 0:
+            raise ConfigInvalidError(
+                "wait_for_lock_seconds must not be negative", {"key": "wait_for_lock_seconds"}
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """One run in progress: what every migration of it shares."""
+
+    run_id: str
+    lock: MongoLock
+    actor: Actor
+    options: RunOptions
+
+
+class MigrationRunner:
+    """Applies and reverts migrations of one database under the run lock."""
+
+    def __init__(
+        self,
+        config: Config,
+        client: MongoClient[dict[str, Any]],
+        db: Database[dict[str, Any]],
+        *,
+        background: BackgroundHooks | None = None,
+    ) -> None:
+        self.config = config
+        self.client = client
+        self.db = db
+        self.background: BackgroundHooks = background or NoBackgroundEngine()
+        self.changelog = Changelog(db[config.changelog_collection])
+
+    @property
+    def migrations_dir(self) -> Path:
+        return self.config.migrations_dir
+
+    def run_lock(self, actor: Actor) -> MongoLock:
+        return MongoLock(
+            self.db[self.config.lock_collection],
+            RUN_LOCK,
+            self.config.lock_ttl_seconds,
+            requested_by=actor.requested_by,
+            label="migration lock",
+        )
+
+    # -- up ------------------------------------------------------------------------------
+
+    def up(
+        self, *, to: str | None = None, only: str | None = None, options: RunOptions | None = None
+    ) -> RunResult:
+        """Apply pending migrations: all of them, those up to ``to``, or just ``only``.
+
+        Safe to call concurrently from many processes: a migration is applied at
+        most once (the lock, and the changelog's unique ``_id`` behind it).
+        """
+        if to is not None and only is not None:
+            raise ConfigInvalidError("give `to` or `only`, not both", {"key": "to"})
+        opts = options or RunOptions()
+        actor = _with_default_user(opts.actor)
+        available = files.discover(self.migrations_dir)
+        for name in (to, only):
+            if name is not None:
+                files.find(self.migrations_dir, name)
+        with self._locked(actor, opts) as lock:
+            self.changelog.ensure_indexes()
+            applied = self.changelog.applied()
+            self._check_checksums(available, applied, opts)
+            targets = _pending(available, applied, to=to, only=only)
+            loaded = [files.load(target) for target in targets]
+            for migration in loaded:
+                if migration.kind == "background":
+                    self.background.check(migration, "up")
+            self._check_transactions(loaded)
+            return self._execute_all("up", loaded, _Run(_new_run_id(), lock, actor, opts))
+
+    # -- down ----------------------------------------------------------------------------
+
+    def down(self, *, to: str | None = None, options: RunOptions | None = None) -> RunResult:
+        """Revert the last applied migration, or every one applied after ``to``.
+
+        :raises NotAppliedError: ``to`` is not applied.
+        :raises IrreversibleMigrationError: a target has no ``down``; nothing is reverted.
+        """
+        opts = options or RunOptions()
+        actor = _with_default_user(opts.actor)
+        if to is not None:
+            files.validate_name(to)
+        with self._locked(actor, opts) as lock:
+            applied = self.changelog.applied()
+            names = _down_targets(applied, to)
+            loaded = [files.load(files.find(self.migrations_dir, name)) for name in names]
+            for migration in loaded:
+                if migration.kind == "background":
+                    self.background.check(migration, "down")
+                elif not migration.reversible:
+                    raise IrreversibleMigrationError(
+                        f"migration {migration.name} has no down(): it cannot be reverted",
+                        {"name": migration.name},
+                    )
+            self._check_transactions(loaded)
+            return self._execute_all("down", loaded, _Run(_new_run_id(), lock, actor, opts))
+
+    # -- status --------------------------------------------------------------------------
+
+    def status(self) -> list[StatusRow]:
+        """Return one row per migration file and per applied record, oldest first.
+
+        Never raises for one broken file: its row has ``kind`` and ``description``
+        set to None.
+        """
+        available = {item.name: item for item in files.discover(self.migrations_dir)}
+        records = self.changelog.records()
+        rows = []
+        for name in sorted(set(available) | set(records)):
+            rows.append(self._status_row(name, available.get(name), records.get(name)))
+        return rows
+
+    def _status_row(
+        self, name: str, file: MigrationFile | None, record: ChangelogRecord | None
+    ) -> StatusRow:
+        applied = record is not None and record.status == "applied"
+        kind: MigrationKind | None = record.kind if applied and record else None
+        description = record.description if applied and record else None
+        if file is not None and not applied:
+            try:
+                loaded = files.load(file)
+                kind, description = loaded.kind, loaded.description
+            except MigronautError:
+                pass
+        checksum_ok = None
+        if applied and record is not None and file is not None:
+            checksum_ok = file.checksum() == record.checksum
+        return StatusRow(
+            name=name,
+            status="applied" if applied else "pending",
+            applied_at=record.applied_at.isoformat() if applied and record else None,
+            checksum_ok=checksum_ok,
+            kind=kind,
+            description=description,
+            file_missing=file is None,
+            last_error=record.error if record is not None and not applied else None,
+        )
+
+    # -- create --------------------------------------------------------------------------
+
+    def create(self, title: str, *, background: bool = False) -> Path:
+        """Write a new migration file from its template; return its path."""
+        return files.write_new(self.migrations_dir, title, background=background)
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _locked(self, actor: Actor, opts: RunOptions) -> MongoLock:
+        lock = self.run_lock(actor)
+        lock.acquire(wait_seconds=opts.wait_for_lock_seconds, cancel=opts.cancel)
+        return lock
+
+    def _check_checksums(
+        self,
+        available: list[MigrationFile],
+        applied: dict[str, ChangelogRecord],
+        opts: RunOptions,
+    ) -> None:
+        changed = [
+            item.name
+            for item in available
+            if item.name in applied and item.checksum() != applied[item.name].checksum
+        ]
+        if changed and not opts.allow_checksum_mismatch:
+            raise ChecksumMismatchError(
+                f"applied migration file(s) changed since they were applied: {', '.join(changed)}"
+                "; restore them, or run with allow_checksum_mismatch",
+                {"names": changed},
+            )
+
+    def _check_transactions(self, loaded: list[LoadedMigration]) -> None:
+        needs = [m.name for m in loaded if m.kind == "regular" and self._transactional(m)]
+        if needs and not supports_transactions(self.client):
+            raise TransactionsUnsupportedError(
+                "transactions need a replica set or a sharded cluster; this server is "
+                f"standalone (migrations: {', '.join(needs)})",
+                {"names": needs},
+            )
+
+    def _transactional(self, migration: LoadedMigration) -> bool:
+        if migration.use_transaction is not None:
+            return migration.use_transaction
+        return self.config.use_transaction
+
+    def _execute_all(
+        self, direction: Direction, loaded: list[LoadedMigration], run: _Run
+    ) -> RunResult:
+        results: list[MigrationResult] = []
+        log.info("run %s: %s %d migration(s)", run.run_id, direction, len(loaded))
+        for migration in loaded:
+            if run.options.cancel.is_set():
+                raise RunAbortedError(
+                    f"run {run.run_id} was cancelled after {len(results)} migration(s)",
+                    {"run_id": run.run_id, "done": len(results)},
+                )
+            if direction == "up" and self._must_wait(migration, run):
+                return RunResult(run.run_id, direction, tuple(results), migration.name)
+            results.append(self._execute(direction, migration, run))
+        return RunResult(run.run_id, direction, tuple(results))
+
+    def _must_wait(self, migration: LoadedMigration, run: _Run) -> bool:
+        """The ``requires`` guard: True to stop cleanly here; raises when asked to."""
+        waiting = self.background.waiting_for(migration.requires) if migration.requires else []
+        if not waiting:
+            return False
+        if run.options.on_background_pending == "stop":
+            log.info("run %s: %s waits for %d", run.run_id, migration.name, len(waiting))
+            return True
+        listed = ", ".join(f"{entry['migration']} ({entry['status']})" for entry in waiting)
+        raise BackgroundPendingError(
+            f"{migration.name} requires background migration(s) that have not completed: {listed}",
+            {"name": migration.name, "waits_for": waiting},
+        )
+
+    def _execute(
+        self, direction: Direction, migration: LoadedMigration, run: _Run
+    ) -> MigrationResult:
+        run.lock.assert_held()
+        started = time.monotonic()
+        details: dict[str, Any] = {}
+
+        def body(session: ClientSession | None) -> None:
+            ctx = self._context(migration, direction, run, session)
+            details.clear()
+            details.update(self._call(direction, migration, ctx))
+            run.lock.assert_held(session=session)
+            if direction == "up":
+                record = _record(migration, "applied", started, run)
+                self.changelog.record_applied(record, session=session)
+            else:
+                self.changelog.remove(migration.name, session=session)
+
+        try:
+            if migration.kind == "regular" and self._transactional(migration):
+                with self.client.start_session() as session:
+                    session.with_transaction(body)
+            else:
+                body(None)
+        except Exception as exc:
+            error = _as_migronaut_error(exc, migration, direction)
+            self._remember_failure(direction, migration, started, run, error)
+            if error is exc:
+                raise
+            raise error from exc
+        duration = _elapsed_ms(started)
+        status = _result_status(direction, migration)
+        log.info("run %s: %s %s in %d ms", run.run_id, status, migration.name, duration)
+        if direction == "up" and migration.kind == "background":
+            self.background.after_applied(migration, self._context(migration, "up", run, None))
+        return MigrationResult(migration.name, migration.kind, status, duration, details)
+
+    def _context(
+        self,
+        migration: LoadedMigration,
+        direction: Direction,
+        run: _Run,
+        session: ClientSession | None,
+    ) -> MigrationContext:
+        return MigrationContext(
+            name=migration.name,
+            direction=direction,
+            db=self.db,
+            client=self.client,
+            session=session,
+            run_id=run.run_id,
+            log=logging.getLogger(f"migronaut.migration.{migration.name}"),
+            cancel=run.options.cancel,
+        )
+
+    def _call(
+        self, direction: Direction, migration: LoadedMigration, ctx: MigrationContext
+    ) -> dict[str, Any]:
+        if migration.kind == "background":
+            if direction == "up":
+                return self.background.register(migration, ctx)
+            return self.background.revert(migration, ctx)
+        function = migration.up if direction == "up" else migration.down
+        assert function is not None  # checked before the run started
+        function(ctx)
+        return {}
+
+    def _remember_failure(
+        self,
+        direction: Direction,
+        migration: LoadedMigration,
+        started: float,
+        run: _Run,
+        error: MigronautError,
+    ) -> None:
+        log.error("run %s: %s of %s failed: %s", run.run_id, direction, migration.name, error.code)
+        if direction != "up":
+            return
+        record = _record(migration, "failed", started, run, error=error)
+        try:
+            self.changelog.record_failed(record)
+        except PyMongoError:
+            log.warning("run %s: could not record the failure of %s", run.run_id, migration.name)
+
+
+def _as_migronaut_error(
+    exc: Exception, migration: LoadedMigration, direction: Direction
+) -> MigronautError:
+    """Classify what a migration raised; messages name the type, never its values."""
+    if isinstance(exc, MigronautError):
+        return exc
+    context = {"name": migration.name, "direction": direction, "error_type": type(exc).__name__}
+    if isinstance(exc, PyMongoError):
+        return StoreError(
+            f"migration {migration.name} ({direction}) failed in MongoDB: {type(exc).__name__}",
+            context,
+        )
+    return MigrationFailedError(
+        f"migration {migration.name} ({direction}) raised {type(exc).__name__}", context
+    )
+
+
+def supports_transactions(client: MongoClient[dict[str, Any]]) -> bool:
+    """Whether the connected deployment can run multi-document transactions."""
+    client.admin.command("ping")
+    topology = client.topology_description.topology_type
+    return topology in (TOPOLOGY_TYPE.ReplicaSetWithPrimary, TOPOLOGY_TYPE.Sharded)
+
+
+def _with_default_user(actor: Actor) -> Actor:
+    if actor.requested_by is not None:
+        return actor
+    try:
+        user = getpass.getuser()[:100] or None
+    except (KeyError, OSError):
+        user = None
+    return Actor(requested_by=user, reason=actor.reason)
+
+
+def _pending(
+    available: list[MigrationFile],
+    applied: dict[str, ChangelogRecord],
+    *,
+    to: str | None,
+    only: str | None,
+) -> list[MigrationFile]:
+    if only is not None:
+        if only in applied:
+            return []
+        return [item for item in available if item.name == only]
+    pending = [item for item in available if item.name not in applied]
+    if to is not None:
+        pending = [item for item in pending if item.name <= to]
+    return pending
+
+
+def _down_targets(applied: dict[str, ChangelogRecord], to: str | None) -> list[str]:
+    newest_first = sorted(
+        applied.values(), key=lambda record: (record.applied_at, record.name), reverse=True
+    )
+    if to is None:
+        return [newest_first[0].name] if newest_first else []
+    if to not in applied:
+        raise NotAppliedError(f"migration {to} is not applied", {"name": to})
+    return [record.name for record in newest_first if record.name > to]
+
+
+def _record(
+    migration: LoadedMigration,
+    status: Literal["applied", "failed"],
+    started: float,
+    run: _Run,
+    *,
+    error: MigronautError | None = None,
+) -> ChangelogRecord:
+    return ChangelogRecord(
+        name=migration.name,
+        status=status,
+        kind=migration.kind,
+        checksum=migration.checksum,
+        applied_at=pendulum.now("UTC"),
+        duration_ms=_elapsed_ms(started),
+        run_id=run.run_id,
+        description=migration.description,
+        requested_by=run.actor.requested_by,
+        reason=run.actor.reason,
+        error={"code": error.code, "message": error.message} if error else None,
+    )
+
+
+def _result_status(
+    direction: Direction, migration: LoadedMigration
+) -> Literal["applied", "reverted", "registered"]:
+    if direction == "down":
+        return "reverted"
+    return "registered" if migration.kind == "background" else "applied"
+
+
+def _new_run_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def _elapsed_ms(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
+
+
+__all__ = [
+    "BackgroundHooks",
+    "MigrationContext",
+    "MigrationResult",
+    "MigrationRunner",
+    "NoBackgroundEngine",
+    "RunOptions",
+    "RunResult",
+    "StatusRow",
+]

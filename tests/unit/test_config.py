@@ -1,0 +1,131 @@
+"""Config sources, precedence and validation (no server)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from migronaut_core.config import load_config, replace
+from migronaut_core.errors import ConfigInvalidError
+
+
+def test_defaults_resolve_migrations_dir_against_cwd(tmp_path: Path) -> None:
+    config = load_config(cwd=tmp_path, env={})
+    assert config.migrations_dir == (tmp_path / "migrations").resolve()
+    assert config.changelog_collection == "migronaut_changelog"
+    assert config.background_collections.partitions == "migronaut_background_partitions"
+
+
+def test_precedence_file_then_env_then_arguments(tmp_path: Path) -> None:
+    (tmp_path / "migronaut.toml").write_text(
+        'uri = "mongodb://file:1"\ndatabase = "from_file"\nmigrations_dir = "db/m"\n'
+        "lock_ttl_seconds = 30\n"
+    )
+    env = {"MIGRONAUT_DATABASE": "from_env"}
+    config = load_config({"lock_ttl_seconds": 5, "uri": None}, cwd=tmp_path, env=env)
+    assert config.uri == "mongodb://file:1"
+    assert config.database == "from_env"
+    assert config.lock_ttl_seconds == 5
+    assert config.migrations_dir == (tmp_path / "db" / "m").resolve()
+
+
+def test_pyproject_tool_table_is_read(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.migronaut]\ndatabase = "shop"\n')
+    assert load_config(cwd=tmp_path, env={}).database == "shop"
+
+
+def test_migronaut_toml_wins_over_pyproject(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.migronaut]\ndatabase = "py"\n')
+    (tmp_path / "migronaut.toml").write_text('database = "own"\n')
+    assert load_config(cwd=tmp_path, env={}).database == "own"
+
+
+@pytest.mark.parametrize(
+    ("source", "key"),
+    [
+        ("toml", "colection"),
+        ("pyproject", "lock_ttl"),
+        ("kwargs", "migrations_directory"),
+    ],
+)
+def test_unknown_key_is_named_with_its_source(tmp_path: Path, source: str, key: str) -> None:
+    overrides = {}
+    if source == "toml":
+        (tmp_path / "migronaut.toml").write_text(f"{key} = 1\n")
+    elif source == "pyproject":
+        (tmp_path / "pyproject.toml").write_text(f"[tool.migronaut]\n{key} = 1\n")
+    else:
+        overrides = {key: "x"}
+    with pytest.raises(ConfigInvalidError) as raised:
+        load_config(overrides, cwd=tmp_path, env={})
+    assert raised.value.context["key"] == key
+    assert key in raised.value.message
+    assert raised.value.code == "CONFIG_INVALID"
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("lock_ttl_seconds", "60"),
+        ("lock_ttl_seconds", True),
+        ("use_transaction", 1),
+        ("database", 5),
+        ("server_selection_timeout_ms", 1.5),
+    ],
+)
+def test_wrong_type_is_named(tmp_path: Path, key: str, value: object) -> None:
+    with pytest.raises(ConfigInvalidError) as raised:
+        load_config({key: value}, cwd=tmp_path, env={})
+    assert raised.value.context["key"] == key
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("uri", "http://localhost"),
+        ("database", "a.b"),
+        ("database", "has space"),
+        ("changelog_collection", "$bad"),
+        ("lock_collection", "system.locks"),
+        ("lock_collection", ""),
+        ("lock_ttl_seconds", 0),
+        ("server_selection_timeout_ms", 10),
+    ],
+)
+def test_bad_values_are_named(tmp_path: Path, key: str, value: object) -> None:
+    with pytest.raises(ConfigInvalidError) as raised:
+        load_config({key: value}, cwd=tmp_path, env={})
+    assert raised.value.context["key"] == key
+
+
+def test_overlapping_collection_names_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigInvalidError, match="overlap"):
+        load_config({"lock_collection": "migronaut_changelog"}, cwd=tmp_path, env={})
+
+
+def test_invalid_toml_is_a_config_error(tmp_path: Path) -> None:
+    (tmp_path / "migronaut.toml").write_text("database = \n")
+    with pytest.raises(ConfigInvalidError, match="not valid TOML"):
+        load_config(cwd=tmp_path, env={})
+
+
+def test_explicit_config_file_must_exist(tmp_path: Path) -> None:
+    with pytest.raises(ConfigInvalidError, match="does not exist"):
+        load_config(config_file=tmp_path / "nope.toml", env={})
+
+
+def test_database_defaults_to_the_uri_default(tmp_path: Path) -> None:
+    config = load_config({"uri": "mongodb://h:1/shop?replicaSet=rs"}, cwd=tmp_path, env={})
+    assert config.database_name() == "shop"
+    without = load_config({"uri": "mongodb://h:1"}, cwd=tmp_path, env={})
+    with pytest.raises(ConfigInvalidError) as raised:
+        without.database_name()
+    assert raised.value.context["key"] == "database"
+
+
+def test_replace_validates_again(tmp_path: Path) -> None:
+    config = load_config(cwd=tmp_path, env={})
+    assert replace(config, use_transaction=True).use_transaction is True
+    with pytest.raises(ConfigInvalidError):
+        replace(config, lock_ttl_seconds=-1)
