@@ -41,15 +41,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import Any, Literal, Self
 
 from pymongo import MongoClient
 from pymongo.errors import OperationFailure, PyMongoError
 
 from migronaut_core.errors import ConfigInvalidError, MigronautError, ServerUnavailableError
-
-if TYPE_CHECKING:
-    from pymongo.database import Database
 
 logger = logging.getLogger(__name__)
 
@@ -75,10 +72,9 @@ _MIN_CACHE_GB = 0.25  # mongod refuses anything smaller
 _EXIT_NET_ERROR = 48  # mongod's exit status when it cannot listen
 _PORT_ATTEMPTS = 5
 _PR_SET_PDEATHSIG = 1
-_NOT_YET_INITIALIZED = 94
-_INVALID_REPLICA_SET_CONFIG = 93
-_ALREADY_INITIALIZED = 23
 _SET_META_FILE = "replica_set.json"
+_TEMP_PREFIX = "migronaut-mongod-"
+_OWNER_FILE = "owner.pid"
 _STATE_FILE = "devserver.json"
 _CLI_SET_NAME = "migronaut"
 
@@ -157,7 +153,7 @@ def _how_to_get_a_server(purpose: Purpose | None) -> str:
 # ---------------------------------------------------------------------- replica set
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class Member:
     """One ``mongod`` of a :class:`LocalReplicaSet`.
 
@@ -170,7 +166,13 @@ class Member:
     port: int
     dbpath: Path
     log_path: Path
-    _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    _process: subprocess.Popen[bytes] | None = field(default=None)
+
+    def __repr__(self) -> str:
+        return (
+            f"Member(index={self.index}, address={self.address!r}, pid={self.pid}, "
+            f"dbpath={str(self.dbpath)!r})"
+        )
 
     @property
     def pid(self) -> int | None:
@@ -261,12 +263,12 @@ class LocalReplicaSet:
 
     # -- chaos ------------------------------------------------------------------
 
-    def kill(self, index: int, sig: signal.Signals = signal.SIGKILL) -> None:
-        """Send ``sig`` to member ``index``.
+    def kill(self, index: int, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` to member ``index``; nothing happens if it is not running.
 
         For ``SIGKILL``, ``SIGTERM`` and ``SIGINT`` this returns once the process is
-        gone (or after ``startup_timeout`` for a slow clean shutdown); other signals,
-        such as ``SIGSTOP``, are sent and left to act.
+        gone (a clean shutdown that takes over ``startup_timeout`` s ends in SIGKILL);
+        other signals, such as ``SIGSTOP``, are sent and left to act.
         """
         member = self._member(index)
         process = member._process
@@ -380,6 +382,9 @@ class LocalReplicaSet:
             "enableTestCommands=1",
             "--setParameter",
             "diagnosticDataCollectionEnabled=false",
+            # Quiesce on SIGTERM for 1 s, not 15 s: test sets have no clients to drain.
+            "--setParameter",
+            "shutdownTimeoutMillisForSignaledShutdown=1000",
             "--nounixsocket",
             "--logpath",
             str(member.log_path),
@@ -448,42 +453,65 @@ class LocalReplicaSet:
                     {"port": member.port},
                 )
 
-    def _configure(self) -> None:
+    def _configure(self, deadline: float) -> None:
         """Initiate the set, or fix the hosts of an existing one whose ports moved."""
         first = self.members[0]
         wanted = [m.address for m in self.members]
         try:
             with _direct_client(first.host, first.port, timeout_ms=5000) as client:
-                admin = client.admin
-                if not _has_config(admin):
-                    try:
-                        admin.command("replSetInitiate", self._initial_config())
-                        return
-                    except OperationFailure as exc:
-                        if exc.code != _ALREADY_INITIALIZED:
-                            raise
-                config = admin.command("replSetGetConfig")["config"]
-                hosts = [m["host"] for m in config["members"]]
-                if hosts != wanted and len(hosts) == len(wanted):
-                    for entry, address in zip(config["members"], wanted, strict=True):
-                        entry["host"] = address
-                    config["version"] = int(config["version"]) + 1
-                    admin.command("replSetReconfig", config, force=True)
-                    logger.info(
-                        "replica set hosts moved to ports %s", [m.port for m in self.members]
-                    )
-                elif hosts != wanted:
+                # The stored config, not replSetGetStatus: that one says "not yet
+                # initialized" while a restarted member is still loading its config.
+                stored = client.local["system.replset"].find_one()
+                if stored is None:
+                    client.admin.command("replSetInitiate", self._initial_config())
+                    return
+                hosts = [m["host"] for m in stored["members"]]
+                if hosts == wanted:
+                    return
+                if len(hosts) != len(wanted):
                     raise ConfigInvalidError(
                         f"the data holds a {len(hosts)}-member replica set, "
                         f"not {len(wanted)} members",
                         {"key": "members"},
                     )
+                for entry, address in zip(stored["members"], wanted, strict=True):
+                    entry["host"] = address
+                stored["version"] = int(stored["version"]) + 1
+                stored.pop("term", None)
+                self._force_reconfig(client, stored, deadline)
+                logger.info("replica set hosts moved to ports %s", [m.port for m in self.members])
         except PyMongoError as exc:
             raise ServerUnavailableError(
                 f"could not configure replica set {self.name!r} on port {first.port}: "
                 f"{type(exc).__name__}" + self._log_tails([first]),
                 {"port": first.port},
             ) from exc
+
+    @staticmethod
+    def _force_reconfig(
+        client: MongoClient[dict[str, Any]], config: dict[str, Any], deadline: float
+    ) -> None:
+        while True:
+            try:
+                client.admin.command("replSetReconfig", config, force=True)
+                return
+            except OperationFailure:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)  # still loading the old config
+
+    def _hurry_first_election(self, deadline: float) -> None:
+        """Ask member 0 to stand for election now instead of after a timeout."""
+        if len(self.members) == 1:
+            return  # a lone member elects itself at once
+        first = self.members[0]
+        while time.monotonic() < deadline and self.primary_index() is None:
+            try:
+                with _direct_client(first.host, first.port, timeout_ms=1000) as client:
+                    client.admin.command("replSetStepUp")
+                    return
+            except PyMongoError:
+                time.sleep(0.2)  # not yet a secondary, or an election is under way
 
     def _initial_config(self) -> dict[str, Any]:
         several = len(self.members) > 1
@@ -556,7 +584,9 @@ def start_replica_set(
     mongod = binary if binary is not None else find_mongod()
     owned: list[Path] = []
     if data_dir is None:
-        root = Path(tempfile.mkdtemp(prefix="migronaut-mongod-"))
+        _sweep_orphaned_temp_dirs()
+        root = Path(tempfile.mkdtemp(prefix=_TEMP_PREFIX))
+        (root / _OWNER_FILE).write_text(str(os.getpid()))
         owned.append(root)
         previous_ports: list[int] = []
     else:
@@ -593,7 +623,8 @@ def start_replica_set(
     started = time.monotonic()
     try:
         replica_set._start_members(time.monotonic() + startup_timeout)
-        replica_set._configure()
+        replica_set._configure(time.monotonic() + startup_timeout)
+        replica_set._hurry_first_election(time.monotonic() + startup_timeout)
         replica_set.wait_for_primary(startup_timeout)
     except BaseException:
         replica_set.stop(timeout=10.0)
@@ -607,6 +638,33 @@ def start_replica_set(
         time.monotonic() - started,
     )
     return replica_set
+
+
+def _sweep_orphaned_temp_dirs() -> None:
+    """Remove temp dirs of sets whose creator died without stopping them.
+
+    A directory is left alone while the process that created it lives or any
+    ``mongod`` still holds one of its dbpaths.
+    """
+    for root in Path(tempfile.gettempdir()).glob(f"{_TEMP_PREFIX}*"):
+        try:
+            owner = int((root / _OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue  # not made by this module
+        if _pid_alive(owner) or any(
+            _lock_holder_alive(lock) for lock in root.glob("db-*/mongod.lock")
+        ):
+            continue
+        shutil.rmtree(root, ignore_errors=True)
+        logger.info("removed orphaned %s", root)
+
+
+def _lock_holder_alive(lock: Path) -> bool:
+    try:
+        text = lock.read_text().strip()
+    except OSError:
+        return False
+    return text.isdigit() and _pid_alive(int(text))
 
 
 def _read_set_meta(root: Path, name: str, members: int) -> list[int]:
@@ -707,18 +765,6 @@ def _is_writable_primary(host: str, port: int) -> bool:
             return bool(client.admin.command("hello").get("isWritablePrimary"))
     except PyMongoError:
         return False
-
-
-def _has_config(admin: Database[dict[str, Any]]) -> bool:
-    try:
-        admin.command("replSetGetStatus")
-    except OperationFailure as exc:
-        if exc.code == _NOT_YET_INITIALIZED:
-            return False
-        if exc.code == _INVALID_REPLICA_SET_CONFIG:  # REMOVED: the config names old ports
-            return True
-        raise
-    return True
 
 
 def _signal_member(member: Member, sig: signal.Signals) -> None:
@@ -955,19 +1001,25 @@ def _pid_runs_dbpath(pid: int, dbpath: str) -> bool:
     return bool(argv) and argv[0].endswith(b"mongod") and os.fsencode(dbpath) in argv
 
 
-def _terminate_pid(pid: int, timeout: float) -> None:
-    for sig in (signal.SIGCONT, signal.SIGTERM):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
+def _wait_pid_gone(pid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while _pid_alive(pid):
         if time.monotonic() >= deadline:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            deadline = time.monotonic() + 10
-            timeout = 0
-            continue
+            return False
         time.sleep(0.1)
+    return True
+
+
+def _terminate_pid(pid: int, timeout: float) -> bool:
+    """SIGTERM ``pid``, SIGKILL it after ``timeout`` s; True once it is gone."""
+    for sig in (signal.SIGCONT, signal.SIGTERM):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+    if _wait_pid_gone(pid, timeout):
+        return True
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    return _wait_pid_gone(pid, 10.0)
 
 
 @contextlib.contextmanager
@@ -1014,7 +1066,11 @@ def _cli_stop(state_dir: Path, timeout: float = 30.0) -> int:
                 pid = recorded
         if pid is not None:
             started = time.monotonic()
-            _terminate_pid(pid, timeout)
+            if not _terminate_pid(pid, timeout):
+                raise ServerUnavailableError(
+                    f"mongod pid {pid} survived SIGKILL; state kept in {state_dir}",
+                    {"pid": pid},
+                )
             logger.info("stopped mongod pid=%s in %.1fs", pid, time.monotonic() - started)
         _state_path(state_dir).unlink(missing_ok=True)
         print(f"stopped dev server (data kept in {state_dir / 'mongod'})", file=sys.stderr)

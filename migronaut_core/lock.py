@@ -33,6 +33,8 @@ from migronaut_core.errors import LockAlreadyHeldError, LockLostError
 log = logging.getLogger(__name__)
 
 _EPOCH = datetime(1970, 1, 1)
+#: Free: never taken, released, or expired by the server's clock.
+_IS_FREE = {"$lte": [{"$ifNull": ["$expires_at", _EPOCH]}, "$$NOW"]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,32 +98,45 @@ class MongoLock:
     # -- acquiring -----------------------------------------------------------------
 
     def try_acquire(self) -> bool:
-        """Take the lock if it is free or expired; return whether we hold it now."""
-        free = {"_id": self.name, "$expr": {"$lt": ["$expires_at", "$$NOW"]}}
+        """Take the lock if it is free or expired; return whether we hold it now.
+
+        One pipeline update on ``_id`` decides and writes atomically: when the lock
+        is taken and alive, every field keeps its value and the owner stays the
+        other holder's.
+        """
+        taken = {
+            "owner": self.owner,
+            "token": {"$add": [{"$ifNull": ["$token", 0]}, 1]},
+            "holder": {"$literal": self._holder},
+            "acquired_at": "$$NOW",
+            "renewed_at": "$$NOW",
+            "expires_at": {"$add": ["$$NOW", self.ttl_ms]},
+        }
         try:
-            doc = self._collection.find_one_and_update(
-                free,
-                [
-                    {
-                        "$set": {
-                            "owner": self.owner,
-                            "token": {"$add": [{"$ifNull": ["$token", 0]}, 1]},
-                            "holder": {"$literal": self._holder},
-                            "acquired_at": "$$NOW",
-                            "renewed_at": "$$NOW",
-                            "expires_at": {"$add": ["$$NOW", self.ttl_ms]},
-                        }
-                    }
-                ],
-                upsert=True,
-                return_document=ReturnDocument.AFTER,
-            )
+            doc = self._update_if_free(taken)
         except DuplicateKeyError:
-            return False
+            # Two first-ever upserts raced; the loser sees the winner's lock now.
+            doc = self._update_if_free(taken)
         if doc is None or doc.get("owner") != self.owner:
             return False
         self.token = int(doc["token"])
         return True
+
+    def _update_if_free(self, taken: dict[str, Any]) -> dict[str, Any] | None:
+        return self._collection.find_one_and_update(
+            {"_id": self.name},
+            [
+                {"$set": {"_free": _IS_FREE}},
+                {
+                    "$set": {
+                        key: {"$cond": ["$_free", value, f"${key}"]} for key, value in taken.items()
+                    }
+                },
+                {"$unset": "_free"},
+            ],
+            upsert=True,
+            return_document=ReturnDocument.AFTER,
+        )
 
     def acquire(
         self,

@@ -22,7 +22,11 @@ def test_config_error_is_a_value_error_and_round_trips() -> None:
     error = errors.ConfigInvalidError("bad key", {"key": "x"})
     assert isinstance(error, ValueError)
     copy = pickle.loads(pickle.dumps(error))
-    assert copy.to_dict() == {"code": "CONFIG_INVALID", "message": "bad key", "context": {"key": "x"}}
+    assert copy.to_dict() == {
+        "code": "CONFIG_INVALID",
+        "message": "bad key",
+        "context": {"key": "x"},
+    }
 
 
 def test_retryable_classification() -> None:

@@ -81,8 +81,7 @@ def test_load_regular_migration(tmp_path: Path) -> None:
     loaded = files.load(
         _write(
             tmp_path,
-            'description = "d"\nuse_transaction = True\n'
-            "def up(ctx): pass\ndef down(ctx): pass\n",
+            'description = "d"\nuse_transaction = True\ndef up(ctx): pass\ndef down(ctx): pass\n',
         )
     )
     assert loaded.kind == "regular"

@@ -1,0 +1,674 @@
+"""Document-level versioning: version and OCC filters, the stamped diff, id keys.
+
+Every writer of a versioned collection has to agree on one model, or a
+background rewrite would silently overwrite an application write:
+
+- the *version* field says which schema a document has. A missing or ``null``
+  version field is version 0 (a legacy document nobody has stamped yet); any
+  other version is a non-negative integer, written as an exact number (never
+  incremented) so two releases that write the same shape agree on it;
+- the optional *revision* field counts writes. Every guarded write bumps it by
+  one, so a filter on ``{_id, version, revision}`` matches nothing once anyone
+  else wrote the document in between (DESIGN §3.3, invariant 6);
+- only the top-level fields a transform really changed are written, compared
+  BSON-exactly (:func:`bson_equal`), so every field the transform left alone
+  keeps its stored BSON type (an ``Int64`` stays an ``Int64``, a double ``1.0``
+  does not become an ``int32`` ``1``).
+
+Everything here is pure: no database, no clock, no logging. Messages name
+fields and counts, never document values.
+"""
+
+from __future__ import annotations
+
+import base64
+import calendar
+import contextlib
+import copy
+import datetime
+import json
+import math
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from typing import Any, Final
+
+from bson.binary import Binary
+from bson.code import Code
+from bson.datetime_ms import DatetimeMS
+from bson.dbref import DBRef
+from bson.decimal128 import Decimal128
+from bson.int64 import Int64
+from bson.max_key import MaxKey
+from bson.min_key import MinKey
+from bson.objectid import ObjectId
+from bson.regex import Regex
+from bson.timestamp import Timestamp
+
+from migronaut_core.errors import BackgroundFailedError, ConfigInvalidError
+
+__all__ = [
+    "bson_equal",
+    "bson_type_name",
+    "canonical_id_key",
+    "clone_document",
+    "occ_filter",
+    "revision_of",
+    "stamped_diff",
+    "updated_document",
+    "version_filter",
+    "version_of",
+]
+
+_INT32_MIN: Final = -(2**31)
+_INT32_MAX: Final = 2**31 - 1
+_UUID_SUBTYPE: Final = 4
+
+#: Values that are immutable and may be shared between a document and its copy.
+_IMMUTABLE: Final = (
+    str,
+    int,
+    float,
+    bytes,
+    ObjectId,
+    Decimal128,
+    Timestamp,
+    datetime.datetime,
+    DatetimeMS,
+    uuid.UUID,
+    MinKey,
+    MaxKey,
+    type(None),
+)
+
+#: The update operators :func:`stamped_diff` emits and :func:`updated_document` applies.
+_OPERATORS: Final = frozenset({"$set", "$unset", "$inc"})
+
+
+# ─── Counts: versions and revisions ───────────────────────────────────────────
+
+
+def _as_count(value: Any) -> int | None:
+    """Return ``value`` as a non-negative integer, or ``None`` when it is not one.
+
+    Any BSON number with an integral, non-negative value counts (``2``,
+    ``Int64(2)``, ``2.0``, ``Decimal128("2")``): the server's equality match
+    treats them all as 2. A bool is not a number to BSON, so it never counts.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return int(value) if value >= 0 else None
+    if isinstance(value, float):
+        if not math.isfinite(value) or not value.is_integer() or value < 0:
+            return None
+        return int(value)
+    if isinstance(value, Decimal128):
+        number = value.to_decimal()
+        if not number.is_finite() or number < 0 or number != number.to_integral_value():
+            return None
+        return int(number)
+    return None
+
+
+def _count_of(doc: Mapping[str, Any], field: str) -> int | None:
+    value = doc.get(field)
+    return 0 if value is None else _as_count(value)
+
+
+def _check_field_name(name: Any, key: str) -> str:
+    if not isinstance(name, str) or not name or name.startswith("$") or "." in name:
+        raise ConfigInvalidError(f"{key} must be a top-level field name", {"key": key})
+    if name == "_id":
+        raise ConfigInvalidError(f"{key} cannot be _id", {"key": key})
+    return name
+
+
+def _check_count(value: Any, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigInvalidError(f"{key} must be an integer >= 0", {"key": key})
+    return int(value)
+
+
+def _check_names(field: str, revision_field: str | None) -> None:
+    _check_field_name(field, "field")
+    if revision_field is None:
+        return
+    _check_field_name(revision_field, "revision_field")
+    if revision_field == field:
+        raise ConfigInvalidError("field and revision_field must differ", {"key": "revision_field"})
+
+
+def version_of(doc: Mapping[str, Any], field: str) -> int | None:
+    """Return the schema version of ``doc``.
+
+    0 when the field is missing or ``null``; the integer when it holds a
+    non-negative integral BSON number of any numeric type; ``None`` when it
+    holds anything else (a string, a bool, a fraction), which is no version
+    this engine can reason about. Compare the result with ``==`` only. An
+    explicitly stored ``0`` also reads as 0, but :func:`version_filter` does
+    not match it as version 0 (the engine never writes one: it unsets).
+    """
+    return _count_of(doc, field)
+
+
+def revision_of(doc: Mapping[str, Any], revision_field: str | None) -> int | None:
+    """Return the revision of ``doc``, under the same rules as :func:`version_of`.
+
+    ``None`` also when ``revision_field`` is ``None`` (revisions are off). After
+    a guarded rewrite the revision is ``(revision_of(before) or 0) + 1``.
+    """
+    if revision_field is None:
+        return None
+    return _count_of(doc, revision_field)
+
+
+def version_filter(field: str, version: int) -> dict[str, Any]:
+    """Return the query that matches documents at exactly ``version``.
+
+    Version 0 matches documents whose field is missing or ``null`` — documents
+    that were never stamped; an explicit stored ``0`` does not match it. Any
+    other version is an equality match, which the server applies across
+    numeric types (``2`` also matches ``2.0`` and ``Int64(2)``).
+
+    :param field: the version field, a top-level field name.
+    :param version: an integer >= 0.
+    :raises ConfigInvalidError: on a bad field name or version.
+    """
+    _check_field_name(field, "field")
+    _check_count(version, "version")
+    return {field: None if version == 0 else version}
+
+
+def _exact(value: Any) -> Any:
+    """Return ``value`` as an equality operand the server cannot read as operators."""
+    return {"$eq": value} if isinstance(value, Mapping) else value
+
+
+def occ_filter(
+    doc: Mapping[str, Any],
+    *,
+    field: str,
+    version: int,
+    revision_field: str | None = None,
+) -> dict[str, Any]:
+    """Return the optimistic-concurrency filter for rewriting ``doc``.
+
+    It matches the document's ``_id`` at exactly ``version`` (the version it
+    was read at) and, when ``revision_field`` is set, at exactly the revision
+    it was read with. A missing or ``null`` revision is matched as ``null``
+    (missing or null), never as 0, so a concurrent write that sets the
+    revision to 0 still makes the rewrite match nothing. Any concurrent write
+    that bumps the revision or changes the version has the same effect.
+
+    :raises ConfigInvalidError: when ``doc`` has no ``_id`` or a name is invalid.
+    """
+    _check_names(field, revision_field)
+    if "_id" not in doc:
+        raise ConfigInvalidError("the document has no _id", {"key": "_id"})
+    query: dict[str, Any] = {"_id": _exact(doc["_id"])}
+    query.update(version_filter(field, version))
+    if revision_field is not None:
+        query[revision_field] = _exact(doc.get(revision_field))
+    return query
+
+
+# ─── BSON-exact equality ──────────────────────────────────────────────────────
+
+
+def bson_type_name(value: Any) -> str:
+    """Return the ``$type`` alias of the BSON type ``value`` is stored as.
+
+    As pymongo's default encoder picks it: a Python ``int`` is ``"int"`` when it
+    fits 32 bits and ``"long"`` otherwise, ``Int64`` is always ``"long"``,
+    ``bytes`` and ``uuid.UUID`` are ``"binData"``, any mapping or ``DBRef`` is
+    ``"object"``, a tuple is an ``"array"``. ``"unknown"`` for a type the
+    default encoder does not handle.
+    """
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, Int64):
+        return "long"
+    if isinstance(value, int):
+        return "int" if _INT32_MIN <= value <= _INT32_MAX else "long"
+    if isinstance(value, Code):
+        return "javascript" if value.scope is None else "javascriptWithScope"
+    for types, kind in _KIND_CHECKS:
+        if isinstance(value, types):
+            return kind
+    return "unknown"
+
+
+#: Checked in order, after bool, int and Code (subclasses of int and str).
+_KIND_CHECKS: Final[tuple[tuple[type | tuple[type, ...], str], ...]] = (
+    (str, "string"),
+    (float, "double"),
+    ((Mapping, DBRef), "object"),
+    (ObjectId, "objectId"),
+    ((list, tuple), "array"),
+    ((datetime.datetime, DatetimeMS), "date"),
+    (Decimal128, "decimal"),
+    ((bytes, uuid.UUID), "binData"),
+    (Timestamp, "timestamp"),
+    ((Regex, re.Pattern), "regex"),
+    (MinKey, "minKey"),
+    (MaxKey, "maxKey"),
+)
+
+
+def _date_millis(value: datetime.datetime | DatetimeMS) -> int:
+    """Return the milliseconds since the epoch BSON stores for ``value``.
+
+    A naive datetime is UTC, and microseconds are truncated to milliseconds,
+    as the encoder does: two datetimes within one millisecond store the same.
+    """
+    if isinstance(value, DatetimeMS):
+        return int(value)
+    offset = value.utcoffset()
+    if offset is not None:
+        value = value - offset
+    return calendar.timegm(value.timetuple()) * 1000 + value.microsecond // 1000
+
+
+#: The regex flags BSON keeps, in the order the encoder writes their letters.
+_REGEX_FLAGS: Final = (
+    ("i", re.IGNORECASE),
+    ("l", re.LOCALE),
+    ("m", re.MULTILINE),
+    ("s", re.DOTALL),
+    ("u", re.UNICODE),
+    ("x", re.VERBOSE),
+)
+
+
+def _regex_parts(value: Regex[Any] | re.Pattern[Any]) -> tuple[Any, str]:
+    """Return ``(pattern, flags)`` as BSON stores them (flags as ``ilmsux`` letters)."""
+    pattern = value.pattern
+    if isinstance(pattern, bytes):
+        with contextlib.suppress(UnicodeDecodeError):
+            pattern = pattern.decode("utf-8")
+    flags = int(value.flags)
+    return pattern, "".join(letter for letter, bit in _REGEX_FLAGS if flags & bit)
+
+
+def _binary_parts(value: bytes | uuid.UUID) -> tuple[int, bytes]:
+    if isinstance(value, uuid.UUID):
+        return _UUID_SUBTYPE, value.bytes
+    if isinstance(value, Binary):
+        return value.subtype, bytes(value)
+    return 0, bytes(value)
+
+
+def _as_mapping(value: Mapping[str, Any] | DBRef) -> Mapping[str, Any]:
+    return value.as_doc() if isinstance(value, DBRef) else value
+
+
+def _double_equal(a: float, b: float) -> bool:
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+
+
+def _mapping_equal(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    if len(a) != len(b):
+        return False
+    return all(
+        ka == kb and bson_equal(va, vb)
+        for (ka, va), (kb, vb) in zip(a.items(), b.items(), strict=True)
+    )
+
+
+def _sequence_equal(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    return len(a) == len(b) and all(bson_equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def _binary_equal(a: bytes | uuid.UUID, b: bytes | uuid.UUID) -> bool:
+    # A native UUID's bytes depend on the client's uuid_representation: only
+    # another UUID is surely the same; against raw Binary, say "different".
+    if isinstance(a, uuid.UUID) or isinstance(b, uuid.UUID):
+        return isinstance(a, uuid.UUID) and isinstance(b, uuid.UUID) and a == b
+    return _binary_parts(a) == _binary_parts(b)
+
+
+def _opaque_equal(a: Any, b: Any) -> bool:
+    if type(a) is not type(b):
+        return False
+    try:
+        return bool(a == b)
+    except Exception:  # a value that cannot even compare is "different"
+        return False
+
+
+def _same_kind_equal(kind: str, a: Any, b: Any) -> bool:
+    if kind in ("null", "minKey", "maxKey"):
+        return True
+    if kind == "double":
+        return _double_equal(a, b)
+    if kind == "decimal":
+        return bool(a.bid == b.bid)
+    if kind == "object":
+        return _mapping_equal(_as_mapping(a), _as_mapping(b))
+    if kind == "array":
+        return _sequence_equal(a, b)
+    if kind == "binData":
+        return _binary_equal(a, b)
+    if kind == "date":
+        return _date_millis(a) == _date_millis(b)
+    if kind == "regex":
+        return _regex_parts(a) == _regex_parts(b)
+    if kind == "javascript":
+        return str(a) == str(b)
+    if kind == "javascriptWithScope":
+        return str(a) == str(b) and bson_equal(a.scope, b.scope)
+    if kind == "unknown":
+        return _opaque_equal(a, b)
+    # bool, int, long, string, objectId, timestamp: value equality within the type.
+    return bool(a == b)
+
+
+def bson_equal(a: Any, b: Any) -> bool:
+    """Return whether ``a`` and ``b`` would be stored as the same BSON value.
+
+    Stricter than ``==`` and than the server's query equality: ``True`` is not
+    ``1``, an ``int32`` ``1`` is not ``Int64(1)`` nor ``1.0`` nor
+    ``Decimal128("1")``, ``0.0`` is not ``-0.0``, ``Decimal128("1.0")`` is not
+    ``Decimal128("1.00")``; NaN equals NaN. Embedded documents compare field
+    by field *in order* (``{a, b}`` is not ``{b, a}``), arrays element-wise.
+    A Python ``int`` is the ``int32`` or ``int64`` the encoder would pick for
+    it; ``bytes`` is binary subtype 0; datetimes compare at the millisecond
+    the encoder keeps (naive = UTC). A native ``uuid.UUID`` equals only an
+    equal ``uuid.UUID`` (its stored bytes depend on the client's UUID
+    representation). Values of types this cannot place are equal only when
+    of one type and ``==``: a spurious "different" costs one rewritten field,
+    a spurious "same" would lose a change.
+    """
+    kind = bson_type_name(a)
+    if kind != bson_type_name(b):
+        return False
+    return _same_kind_equal(kind, a, b)
+
+
+# ─── Copies ───────────────────────────────────────────────────────────────────
+
+
+def _clone(value: Any) -> Any:
+    if isinstance(value, _IMMUTABLE) and not isinstance(value, Code):
+        return value
+    if isinstance(value, Mapping):
+        return {key: _clone(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_clone(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_clone(item) for item in value)
+    return copy.deepcopy(value)
+
+
+def clone_document(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """Return a deep copy of ``doc`` a transform may mutate freely.
+
+    Embedded documents (any mapping, ``SON`` and ``RawBSONDocument`` included)
+    become ``dict``s in the same field order, lists stay lists, and every BSON
+    value keeps its class (``Int64``, ``Decimal128``, ``Binary`` subtypes,
+    ``ObjectId``…); immutable values are shared, anything else is deep-copied.
+    """
+    if not isinstance(doc, Mapping):
+        raise ConfigInvalidError("only a document (a mapping) can be cloned")
+    return {key: _clone(value) for key, value in doc.items()}
+
+
+# ─── The stamped diff ─────────────────────────────────────────────────────────
+
+
+def _refuse(detail: str, field: str | None = None) -> BackgroundFailedError:
+    context: dict[str, Any] = {"reason": "shape"}
+    if field is not None:
+        context["field"] = field
+    return BackgroundFailedError(f"The transform returned {detail}", context)
+
+
+def _writable_key(key: Any) -> str:
+    """Return ``key`` when ``$set``/``$unset`` can address it as one top-level field."""
+    if not isinstance(key, str):
+        raise _refuse("a field name that is not a string")
+    if not key or key.startswith("$") or "." in key or "\0" in key:
+        raise _refuse("a field name $set cannot write (empty, $-prefixed, dotted or NUL)", key)
+    return key
+
+
+def _check_id(before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
+    if "_id" not in before and "_id" not in after:
+        return
+    if "_id" not in after:
+        raise _refuse("a document without its _id", "_id")
+    if "_id" not in before or not bson_equal(before["_id"], after["_id"]):
+        raise _refuse("a document with a different _id", "_id")
+
+
+def _check_version(
+    before: Mapping[str, Any], after: Mapping[str, Any], field: str, target: int
+) -> None:
+    """Accept a version field the transform left alone, dropped, or set to the target."""
+    if field not in after:
+        return
+    if field in before and bson_equal(before[field], after[field]):
+        return
+    if _count_of(after, field) == target:
+        return
+    raise _refuse("a document that sets the version field itself", field)
+
+
+def _check_revision(
+    before: Mapping[str, Any], after: Mapping[str, Any], revision_field: str
+) -> None:
+    if revision_field in after and not (
+        revision_field in before and bson_equal(before[revision_field], after[revision_field])
+    ):
+        raise _refuse("a document that sets the revision field itself", revision_field)
+    if _count_of(before, revision_field) is None:
+        raise BackgroundFailedError(
+            "The stored revision field is not an integer >= 0, so it cannot be bumped",
+            {"reason": "shape", "field": revision_field},
+        )
+
+
+def _field_changes(
+    before: Mapping[str, Any], after: Mapping[str, Any], skip: frozenset[str]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    to_set: dict[str, Any] = {}
+    to_unset: dict[str, str] = {}
+    for key, value in after.items():
+        if key in skip:
+            continue
+        if key not in before or not bson_equal(before[key], value):
+            to_set[_writable_key(key)] = _clone(value)
+    for key in before:
+        if key not in skip and key not in after:
+            to_unset[_writable_key(key)] = ""
+    return to_set, to_unset
+
+
+def stamped_diff(
+    before: Mapping[str, Any],
+    after: Mapping[str, Any],
+    *,
+    field: str,
+    target_version: int,
+    revision_field: str | None = None,
+) -> dict[str, Any]:
+    """Return the update document that turns ``before`` into ``after`` and stamps it.
+
+    ``$set`` carries every top-level field whose value changed BSON-exactly
+    (:func:`bson_equal`) or was added, ``$unset`` every top-level field the
+    transform removed; fields it left alone are not written, so they keep
+    their stored BSON type. A changed nested value rewrites its whole
+    top-level field. The version field is set to ``target_version`` (unset for
+    version 0, which means "never stamped"). With ``revision_field``, the
+    revision is bumped by one: ``$inc`` when the stored revision is a number,
+    ``$set`` to 1 when it is missing or ``null`` (``$inc`` cannot add to
+    ``null``; the OCC filter has matched it as missing/null, so 1 is exactly
+    "0 + 1"). The result always has at least the stamp, and shares no mutable
+    value with ``after``; neither input is modified.
+
+    The transform may leave the version field as it was, drop it, or set it to
+    ``target_version``; it may leave the revision field as it was or drop it.
+
+    :raises BackgroundFailedError: (``context["reason"] == "shape"``, with the
+        offending ``context["field"]``) when ``after`` is not a document,
+        removes or changes ``_id``, sets the version or revision field to
+        anything else, names a field ``$set`` cannot address, or when the
+        stored revision is not an integer >= 0. A per-document failure.
+    :raises ConfigInvalidError: on a bad field name or target version.
+    """
+    _check_names(field, revision_field)
+    _check_count(target_version, "target_version")
+    if not isinstance(before, Mapping):
+        raise ConfigInvalidError("before must be a document (a mapping)")
+    if not isinstance(after, Mapping):
+        raise _refuse("something that is not a document")
+    _check_id(before, after)
+    _check_version(before, after, field, target_version)
+    system = {"_id", field}
+    if revision_field is not None:
+        _check_revision(before, after, revision_field)
+        system.add(revision_field)
+    to_set, to_unset = _field_changes(before, after, frozenset(system))
+    if target_version == 0:
+        to_unset[field] = ""
+    else:
+        to_set[field] = target_version
+    update: dict[str, Any] = {}
+    if to_set:
+        update["$set"] = to_set
+    if to_unset:
+        update["$unset"] = to_unset
+    if revision_field is not None:
+        _stamp_revision(update, before, revision_field)
+    return update
+
+
+def _stamp_revision(update: dict[str, Any], before: Mapping[str, Any], name: str) -> None:
+    if before.get(name) is None:
+        update.setdefault("$set", {})[name] = 1
+    else:
+        update["$inc"] = {name: 1}
+
+
+def _incremented(current: Any, step: Any, name: str) -> Any:
+    if isinstance(current, bool) or not isinstance(current, int | float | Decimal128):
+        raise ConfigInvalidError(f"$inc on a field that is not a number: {name}", {"key": name})
+    if isinstance(current, Decimal128) or isinstance(step, Decimal128):
+        return Decimal128(_to_decimal(current) + _to_decimal(step))
+    total = current + step
+    return Int64(total) if isinstance(current, Int64) else total
+
+
+def _to_decimal(value: int | float | Decimal128) -> Decimal:
+    if isinstance(value, Decimal128):
+        return value.to_decimal()
+    return Decimal(int(value)) if isinstance(value, int) else Decimal(value)
+
+
+def updated_document(before: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    """Return a copy of ``before`` with ``update`` applied, as the server would.
+
+    Supports what :func:`stamped_diff` emits: ``$set``, ``$unset`` and
+    ``$inc`` on top-level fields. A ``$set`` of an existing field keeps its
+    position, new fields are appended (the server may order added fields
+    differently; compare with ``==`` or per field when order is irrelevant).
+    ``$inc`` keeps the stored numeric type and creates a missing field.
+
+    :raises ConfigInvalidError: on another operator, a dotted path, or an
+        ``$inc`` of a value that is not a number.
+    """
+    doc = clone_document(before)
+    for operator, fields in update.items():
+        if operator not in _OPERATORS or not isinstance(fields, Mapping):
+            raise ConfigInvalidError(f"unsupported update operator {operator!r}")
+        for name, value in fields.items():
+            _apply(doc, operator, _check_field_name(name, "update"), value)
+    return doc
+
+
+def _apply(doc: dict[str, Any], operator: str, name: str, value: Any) -> None:
+    if operator == "$set":
+        doc[name] = _clone(value)
+    elif operator == "$unset":
+        doc.pop(name, None)
+    elif name not in doc:
+        doc[name] = _clone(value)
+    else:
+        doc[name] = _incremented(doc[name], value, name)
+
+
+# ─── Canonical id keys ────────────────────────────────────────────────────────
+
+
+def _number_key(value: int | float | Decimal128) -> str:
+    """Return one string per numeric *value*, whatever its numeric BSON type."""
+    number = _to_decimal(value)
+    if number.is_nan():
+        return "NaN"
+    if number.is_infinite():
+        return "Infinity" if number > 0 else "-Infinity"
+    if number.is_zero():
+        return "0"
+    sign, digits, exponent = number.as_tuple()
+    text = "".join(map(str, digits)).rstrip("0")
+    scale = int(exponent) + len(digits) - len(text)
+    return f"{'-' if sign else ''}{text}e{scale}"
+
+
+def _key_tree(value: Any) -> Any:
+    kind = bson_type_name(value)
+    if kind in ("null", "minKey", "maxKey"):
+        return [kind]
+    if kind in ("int", "long", "double", "decimal"):
+        return ["number", _number_key(value)]
+    if kind in ("bool", "string"):
+        return [kind, value if kind == "string" else bool(value)]
+    if kind == "objectId":
+        return [kind, str(value)]
+    if kind == "binData":
+        subtype, data = _binary_parts(value)
+        return [kind, subtype, base64.b64encode(data).decode("ascii")]
+    if kind == "object":
+        return [kind, [[str(k), _key_tree(v)] for k, v in _as_mapping(value).items()]]
+    if kind == "array":
+        return [kind, [_key_tree(item) for item in value]]
+    return _rare_key_tree(kind, value)
+
+
+def _rare_key_tree(kind: str, value: Any) -> Any:
+    if kind == "date":
+        return [kind, _date_millis(value)]
+    if kind == "timestamp":
+        return [kind, value.time, value.inc]
+    if kind == "regex":
+        return [kind, *map(str, _regex_parts(value))]
+    if kind == "javascript":
+        return [kind, str(value)]
+    if kind == "javascriptWithScope":
+        return [kind, str(value), _key_tree(value.scope)]
+    return ["opaque", type(value).__qualname__, repr(value)]
+
+
+def canonical_id_key(value: Any) -> str:
+    """Return a stable string that identifies the ``_id`` ``value`` — a dict/set key.
+
+    Two values get one key exactly when the server's ``_id`` index would hold
+    them as the same key (under the simple collation): values of different
+    BSON types never share a key (``ObjectId(h)`` vs the string ``h``,
+    ``True`` vs ``1``, a date vs its milliseconds), while the numeric types
+    are one bracket compared by value, as the server does — ``1``, ``1.0``,
+    ``Int64(1)`` and ``Decimal128("1.00")`` are one key (the unique index
+    refuses a second document with any of them), ``-0.0`` is ``0``, and every
+    NaN is one key. Embedded documents keep their field order (``{a, b}`` and
+    ``{b, a}`` are two ids to the server). A native ``uuid.UUID`` keys as
+    binary subtype 4 (the standard representation), so it meets the
+    ``Binary`` a client without UUID decoding reads back. The same value
+    always gets the same key, across processes and releases.
+    """
+    return json.dumps(_key_tree(value), ensure_ascii=False, separators=(",", ":"))
