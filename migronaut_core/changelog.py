@@ -143,6 +143,12 @@ class Changelog:
         except DuplicateKeyError:
             return
 
+    def set_checksum(self, name: str, checksum: str) -> None:
+        """Pin a new checksum for an applied migration (a background ``repin``)."""
+        self._collection.update_one(
+            {"_id": name, "status": "applied"}, {"$set": {"checksum": checksum}}
+        )
+
     def remove(self, name: str, *, session: ClientSession | None = None) -> bool:
         """Forget an applied migration (after its ``down``); True if it was there."""
         result = self._collection.delete_one({"_id": name, "status": "applied"}, session=session)

@@ -8,6 +8,7 @@ and owns the client it creates; a client passed in is borrowed and left open.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -17,6 +18,12 @@ from pymongo.database import Database
 from pymongo.errors import ConfigurationError, PyMongoError
 
 from migronaut_core import files
+from migronaut_core.background.cancel import CancelToken
+from migronaut_core.background.control import Action, ControlResult
+from migronaut_core.background.coordinator import Answer, Driver
+from migronaut_core.background.events import Events, Listener
+from migronaut_core.background.lane import SliceResult
+from migronaut_core.background.service import BackgroundService
 from migronaut_core.changelog import Actor
 from migronaut_core.config import Config, load_config
 from migronaut_core.errors import ConfigInvalidError, ConnectionFailedError
@@ -27,6 +34,7 @@ from migronaut_core.runner import (
     RunOptions,
     RunResult,
     StatusRow,
+    with_default_user,
 )
 
 _CREDENTIALS = re.compile(r"(mongodb(?:\+srv)?://)[^@/]+@")
@@ -61,8 +69,10 @@ class Migronaut:
         self.config = config if config is not None else load_config(overrides)
         self._client = client
         self._owns_client = client is None
-        self._background = background
+        self._hooks = background
+        self.events = Events()
         self._runner: MigrationRunner | None = None
+        self._background: BackgroundService | None = None
 
     # -- connection ----------------------------------------------------------------------
 
@@ -104,6 +114,7 @@ class Migronaut:
             self._client.close()
             self._client = None
         self._runner = None
+        self._background = None
 
     def __enter__(self) -> Migronaut:
         return self
@@ -122,9 +133,16 @@ class Migronaut:
     def runner(self) -> MigrationRunner:
         if self._runner is None:
             self._runner = MigrationRunner(
-                self.config, self.client, self.db, background=self._background
+                self.config, self.client, self.db, background=self._hooks or self.background
             )
         return self._runner
+
+    @property
+    def background(self) -> BackgroundService:
+        """The background engine over this kit's database (see the ``*_background`` methods)."""
+        if self._background is None:
+            self._background = BackgroundService(self.config, self.client, self.db, self.events)
+        return self._background
 
     def up(
         self,
@@ -174,3 +192,131 @@ class Migronaut:
     def inspect_lock(self) -> LockInfo | None:
         """Return who holds the run lock, if anyone ever took it."""
         return self.runner.run_lock(Actor()).inspect()
+
+    # -- background migrations ------------------------------------------------------------
+
+    def on(self, event: str, listener: Listener) -> Callable[[], None]:
+        """Subscribe to engine events (``background:*``, or ``"*"``); returns an unsubscribe."""
+        return self.events.on(event, listener)
+
+    def coordinate_background(
+        self, name: str, *, driver: Driver | None = None, cancel: CancelToken | None = None
+    ) -> Answer:
+        """One coordinator step; idempotent, safe from any number of processes."""
+        return self.background.coordinate(name, driver=driver, cancel=cancel)
+
+    def run_background_slice(
+        self, name: str, *, slice_ms: int | None = None, cancel: CancelToken | None = None
+    ) -> SliceResult:
+        """One slice of one lane: claim a partition, work it until ``slice_ms``, release."""
+        return self.background.run_slice(name, slice_ms=slice_ms, cancel=cancel)
+
+    def run_background(
+        self,
+        name: str,
+        *,
+        concurrency: int = 1,
+        slice_ms: int | None = None,
+        until_done: bool = True,
+        cancel: CancelToken | None = None,
+    ) -> dict[str, Any]:
+        """Drive a background migration from this process with up to ``concurrency`` lanes.
+
+        :returns: its status view (completed, paused, cancelled or blocked).
+        :raises BackgroundFailedError: it failed.
+        :raises RunAbortedError: ``cancel`` fired (it resumes from its checkpoints later).
+        """
+        return self.background.run(
+            name, concurrency=concurrency, slice_ms=slice_ms, until_done=until_done, cancel=cancel
+        )
+
+    def background_status(self, name: str | None = None) -> Any:
+        """The status view of one background migration (None if unregistered), or of all."""
+        if name is None:
+            return self.background.statuses()
+        return self.background.status(name)
+
+    def background_partitions(self, name: str) -> list[dict[str, Any]]:
+        """The partitions of the current generation: scope, cursor, counters, lease holder."""
+        return self.background.partitions(name)
+
+    def background_history(self, name: str) -> list[dict[str, Any]]:
+        """The control history: action, from, to, who, why, when."""
+        return self.background.history(name)
+
+    def runnable_background(self) -> list[dict[str, Any]]:
+        """Background migrations with work to do, oldest first."""
+        return self.background.runnable()
+
+    def _control(
+        self,
+        name: str,
+        action: Action,
+        requested_by: str | None,
+        reason: str | None,
+        **options: Any,
+    ) -> ControlResult:
+        actor = with_default_user(Actor(requested_by=requested_by, reason=reason))
+        return self.background.control(name, action, actor=actor, **options)
+
+    def pause_background(
+        self,
+        name: str,
+        *,
+        requested_by: str | None = None,
+        reason: str | None = None,
+        wait: bool = False,
+    ) -> ControlResult:
+        """Pause; lanes stop before their next batch (``wait`` until they have)."""
+        return self._control(name, "pause", requested_by, reason, wait=wait)
+
+    def resume_background(
+        self, name: str, *, requested_by: str | None = None, reason: str | None = None
+    ) -> ControlResult:
+        """Resume a paused one (back to blocked while its requirements are open)."""
+        return self._control(name, "resume", requested_by, reason)
+
+    def cancel_background(
+        self,
+        name: str,
+        *,
+        requested_by: str | None = None,
+        reason: str | None = None,
+        wait: bool = False,
+    ) -> ControlResult:
+        """Cancel; lanes stop before their next batch (``wait`` until they have)."""
+        return self._control(name, "cancel", requested_by, reason, wait=wait)
+
+    def retry_background(
+        self,
+        name: str,
+        *,
+        requested_by: str | None = None,
+        reason: str | None = None,
+        from_start: bool = False,
+        repin: bool = False,
+    ) -> ControlResult:
+        """Retry a failed or cancelled one (or reopen a completed one over what is left)."""
+        if repin:
+            self.repin_background(name, requested_by=requested_by, reason=reason)
+        return self._control(name, "retry", requested_by, reason, from_start=from_start)
+
+    def repin_background(
+        self, name: str, *, requested_by: str | None = None, reason: str | None = None
+    ) -> ControlResult:
+        """Pin the file on disk as the migration's version (its checksum in the changelog too)."""
+        actor = with_default_user(Actor(requested_by=requested_by, reason=reason))
+        result, checksum = self.background.repin(name, actor=actor)
+        self.runner.changelog.set_checksum(name, checksum)
+        return result
+
+    def unlock_background(
+        self, name: str, *, requested_by: str | None = None, reason: str | None = None
+    ) -> dict[str, Any]:
+        """Clear the coordinator lock and every lease of a stuck background migration."""
+        actor = with_default_user(Actor(requested_by=requested_by, reason=reason))
+        return self.background.unlock(name, actor=actor)
+
+    def wait_for_background_lanes(self, name: str, *, timeout_seconds: float = 120.0) -> bool:
+        """Wait until no lane holds a lease; False on timeout."""
+        return self.background.wait_for_lanes(name, timeout_seconds=timeout_seconds)

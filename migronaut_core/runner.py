@@ -160,6 +160,8 @@ class NoBackgroundEngine:
     """Stands in when no background engine is wired: such files are refused clearly."""
 
     def check(self, migration: LoadedMigration, direction: Direction) -> None:
+        if migration.kind != "background":
+            return
         raise MigrationInvalidExportError(
             f"migration {migration.name} is a background migration, and this kit has no "
             "background engine",
@@ -264,7 +266,7 @@ class MigrationRunner:
         if to is not None and only is not None:
             raise ConfigInvalidError("give `to` or `only`, not both", {"key": "to"})
         opts = options or RunOptions()
-        actor = _with_default_user(opts.actor)
+        actor = with_default_user(opts.actor)
         available = files.discover(self.migrations_dir)
         for name in (to, only):
             if name is not None:
@@ -276,7 +278,7 @@ class MigrationRunner:
             targets = _pending(available, applied, to=to, only=only)
             loaded = [files.load(target) for target in targets]
             for migration in loaded:
-                if migration.kind == "background":
+                if migration.kind == "background" or migration.requires:
                     self.background.check(migration, "up")
             self._check_transactions(loaded)
             return self._execute_all("up", loaded, _Run(_new_run_id(), lock, actor, opts))
@@ -290,7 +292,7 @@ class MigrationRunner:
         :raises IrreversibleMigrationError: a target has no ``down``; nothing is reverted.
         """
         opts = options or RunOptions()
-        actor = _with_default_user(opts.actor)
+        actor = with_default_user(opts.actor)
         if to is not None:
             files.validate_name(to)
         with self._locked(actor, opts) as lock:
@@ -533,7 +535,7 @@ def supports_transactions(client: MongoClient[dict[str, Any]]) -> bool:
     return topology in (TOPOLOGY_TYPE.ReplicaSetWithPrimary, TOPOLOGY_TYPE.Sharded)
 
 
-def _with_default_user(actor: Actor) -> Actor:
+def with_default_user(actor: Actor) -> Actor:
     if actor.requested_by is not None:
         return actor
     try:

@@ -8,16 +8,19 @@ ensure_venv "devserver"
 cd "$ROOT/examples/demo"
 
 started_here=""
+devserver() { "$VENV/bin/python" -m migronaut_core.devserver "$@" --state-dir "$ROOT/.migronaut"; }
 if [ -z "${MIGRONAUT_MONGODB_URI:-}" ]; then
-  echo "==> no MIGRONAUT_MONGODB_URI: starting a local mongod"
-  "$VENV/bin/python" -m migronaut_core.devserver start --state-dir "$ROOT/.migronaut" >/dev/null
-  MIGRONAUT_MONGODB_URI="$("$VENV/bin/python" -m migronaut_core.devserver uri --state-dir "$ROOT/.migronaut")"
+  if ! devserver uri >/dev/null 2>&1; then
+    echo "==> no MIGRONAUT_MONGODB_URI: starting a local mongod"
+    devserver start >/dev/null
+    started_here=1
+  fi
+  MIGRONAUT_MONGODB_URI="$(devserver uri)"
   export MIGRONAUT_MONGODB_URI
-  started_here=1
 fi
 cleanup() {
   if [ -n "$started_here" ] && [ -z "${MIGRONAUT_DEMO_KEEP_SERVER:-}" ]; then
-    "$VENV/bin/python" -m migronaut_core.devserver stop --state-dir "$ROOT/.migronaut" >/dev/null
+    devserver stop >/dev/null
   fi
 }
 trap cleanup EXIT

@@ -1,0 +1,522 @@
+"""The batch engine: a partition's documents rewritten batch by batch under a lease.
+
+A batch is read through the version index in ``_id`` order after the partition's
+cursor, transformed on copies, and written as one unordered ``bulk_write`` of
+updates, each guarded by the document's ``_id``, its exact old version and (with a
+revision field) its exact revision. An application write that lands in between
+makes the guarded update match nothing: the engine reads those documents again and
+transforms them again, up to ``max_conflict_retries`` rounds, then leaves them for
+the next pass. Only fields the transform changed are written, so every other
+field keeps its stored BSON type. After each batch one fenced checkpoint moves
+the cursor; a crash between the writes and the checkpoint replays the batch,
+which the version guard turns into a no-op.
+
+:func:`apply_batch` is the one write path: lanes, the drift watcher and the
+dry-run sandbox all go through it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pymongo import UpdateOne
+from pymongo.client_session import ClientSession
+from pymongo.collection import Collection
+from pymongo.database import Database
+from pymongo.errors import BulkWriteError
+from pymongo.write_concern import WriteConcern
+
+from migronaut_core.background.cancel import CancelToken
+from migronaut_core.background.partition import IdRangePartitioner, find
+from migronaut_core.background.scrub import DOCUMENT_ERROR_CODES, error_text, write_error_text
+from migronaut_core.background.spec import BackgroundFunctions, BackgroundSpec
+from migronaut_core.background.store import BackgroundStore, Lease
+from migronaut_core.background.throttle import Throttle
+from migronaut_core.errors import BackgroundConflictError, BackgroundFailedError, MigronautError
+from migronaut_core.versioning import (
+    canonical_id_key,
+    clone_document,
+    occ_filter,
+    revision_of,
+    stamped_diff,
+    version_of,
+)
+
+Direction = Literal["forward", "revert"]
+Document = dict[str, Any]
+
+
+@dataclass
+class Job:
+    """One background migration as a lane or coordinator works it, in one direction."""
+
+    name: str
+    spec: BackgroundSpec
+    fns: BackgroundFunctions
+    direction: Direction
+    match: Document
+    partitioner: IdRangePartitioner
+    hint: Any | None
+    log: logging.Logger
+    generation: int = 0
+    partition_id: Any = None
+    cancel: CancelToken = field(default_factory=CancelToken)
+
+    @property
+    def collection(self) -> str:
+        """The collection a declarative job rewrites (validated present for that mode)."""
+        assert self.spec.collection is not None
+        return self.spec.collection
+
+    @property
+    def source(self) -> int:
+        return self.spec.from_version if self.direction == "forward" else self.spec.to_version
+
+    @property
+    def target(self) -> int:
+        return self.spec.to_version if self.direction == "forward" else self.spec.from_version
+
+    @property
+    def transform_one(self) -> Callable[..., Any] | None:
+        return self.fns.migrate if self.direction == "forward" else self.fns.revert
+
+    @property
+    def transform_many(self) -> Callable[..., Any] | None:
+        return self.fns.migrate_batch if self.direction == "forward" else self.fns.revert_batch
+
+
+@dataclass(frozen=True, slots=True)
+class TransformContext:
+    """What a transform receives besides the document.
+
+    ``session`` is set in transactional mode: side writes made with it commit
+    with the batch. ``db`` and ``client`` are always there for lookups.
+    """
+
+    migration: str
+    direction: Direction
+    generation: int
+    partition: str
+    db: Database[Document]
+    client: Any
+    log: logging.Logger
+    cancel: CancelToken
+    session: ClientSession | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DocError:
+    """A document that could not be rewritten: its ``_id``, why, and a value-free text."""
+
+    id: Any
+    error: str
+    reason: str
+
+    def entry(self) -> Document:
+        return {"id": self.id, "error": self.error, "reason": self.reason}
+
+
+@dataclass
+class BatchResult:
+    migrated: int = 0
+    skipped: int = 0
+    conflicts: int = 0
+    retried: int = 0
+    errors: list[DocError] = field(default_factory=list)
+    #: Ids read and not rewritten (conflicts left to the next pass).
+    left: list[Any] = field(default_factory=list)
+
+    def counters(self, scanned: int) -> dict[str, int]:
+        return {
+            "scanned": scanned,
+            "migrated": self.migrated,
+            "skipped": self.skipped,
+            "conflicts": self.conflicts,
+            "retried": self.retried,
+            "failed": len(self.errors),
+            "batches": 1,
+        }
+
+
+def add_counters(into: dict[str, int], more: Mapping[str, int]) -> None:
+    for key, value in more.items():
+        into[key] = into.get(key, 0) + value
+
+
+# -- transforming ----------------------------------------------------------------------
+
+
+def transform_all(
+    job: Job, docs: Sequence[Document], ctx: TransformContext
+) -> list[tuple[Document, Document | None, DocError | None]]:
+    """Transform copies of ``docs``: ``(doc, new_doc, None)`` or ``(doc, None, error)``.
+
+    A batch transform that raises, or returns the wrong number of results, fails
+    the slice: it cannot say which document was at fault.
+    """
+    many = job.transform_many
+    if many is not None:
+        out = many([clone_document(doc) for doc in docs], ctx)
+        if not isinstance(out, list) or len(out) != len(docs):
+            got = len(out) if isinstance(out, list) else "no"
+            raise BackgroundFailedError(
+                f"{job.name}: the batch transform returned {got} result(s) for {len(docs)} "
+                "document(s); it must return one per document, in order",
+                {"migration": job.name},
+            )
+        return [_one_result(doc, result) for doc, result in zip(docs, out, strict=True)]
+    one = job.transform_one
+    assert one is not None  # the spec guarantees a transform for each direction it runs
+    results = []
+    for doc in docs:
+        try:
+            results.append(_one_result(doc, one(clone_document(doc), ctx)))
+        except Exception as exc:
+            results.append((doc, None, DocError(doc["_id"], error_text(exc), "transform")))
+    return results
+
+
+def _one_result(doc: Document, result: Any) -> tuple[Document, Document | None, DocError | None]:
+    if isinstance(result, Exception):
+        return doc, None, DocError(doc["_id"], error_text(result), "transform")
+    if not isinstance(result, Mapping):
+        text = f"the transform returned {type(result).__name__}, not a document"
+        return doc, None, DocError(doc["_id"], text, "shape")
+    return doc, dict(result), None
+
+
+def build_ops(
+    job: Job, transformed: Sequence[tuple[Document, Document | None, DocError | None]]
+) -> tuple[list[UpdateOne], list[Document], list[DocError]]:
+    """Guarded updates for the transformed documents, the document behind each, and errors."""
+    spec = job.spec
+    ops: list[UpdateOne] = []
+    owners: list[Document] = []
+    errors: list[DocError] = []
+    for doc, new_doc, error in transformed:
+        if error is not None or new_doc is None:
+            errors.append(error or DocError(doc["_id"], "no result", "shape"))
+            continue
+        refused = job.partitioner.check_transform(doc, new_doc)
+        if refused is not None:
+            errors.append(DocError(doc["_id"], refused.message, refused.reason))
+            continue
+        try:
+            update = stamped_diff(
+                doc,
+                new_doc,
+                field=spec.field,
+                target_version=job.target,
+                revision_field=spec.revision_field,
+            )
+        except MigronautError as exc:
+            errors.append(DocError(doc["_id"], exc.message, "shape"))
+            continue
+        guard = occ_filter(
+            doc, field=spec.field, version=job.source, revision_field=spec.revision_field
+        )
+        ops.append(UpdateOne({**guard, **job.partitioner.write_filter(doc)}, update))
+        owners.append(doc)
+    return ops, owners, errors
+
+
+# -- writing ---------------------------------------------------------------------------
+
+
+def write_ops(
+    collection: Collection[Document],
+    ops: Sequence[UpdateOne],
+    *,
+    write_concern: Mapping[str, Any] | None,
+    session: ClientSession | None,
+) -> tuple[int, dict[int, Document]]:
+    """Write ``ops`` unordered; return (matched, {index: write error}).
+
+    Only single-document errors (duplicate key, validation, …) are taken apart; a
+    write concern error or anything else fails the batch.
+    """
+    if not ops:
+        return 0, {}
+    target = collection
+    if write_concern and session is None:
+        target = collection.with_options(write_concern=WriteConcern(**write_concern))
+    try:
+        result = target.bulk_write(list(ops), ordered=False, session=session)
+        return result.matched_count, {}
+    except BulkWriteError as exc:
+        details = exc.details
+        if details.get("writeConcernErrors"):
+            raise
+        failed: dict[int, Document] = {}
+        for write_error in details.get("writeErrors", []):
+            if write_error.get("code") not in DOCUMENT_ERROR_CODES:
+                raise
+            failed[write_error["index"]] = write_error
+        return int(details.get("nMatched", 0)), failed
+
+
+def _by_ids(docs: Sequence[Document], partitioner: IdRangePartitioner) -> Document:
+    """A filter for exactly these documents (with their shard keys when there are any)."""
+    branches = [{"_id": doc["_id"], **partitioner.write_filter(doc)} for doc in docs]
+    if any(len(branch) > 1 for branch in branches):
+        return {"$or": branches}
+    return {"_id": {"$in": [doc["_id"] for doc in docs]}}
+
+
+def apply_batch(
+    job: Job,
+    docs: Sequence[Document],
+    collection: Collection[Document],
+    ctx: TransformContext,
+    *,
+    session: ClientSession | None = None,
+    strict: bool = False,
+    abort_on_conflict: bool = False,
+) -> BatchResult:
+    """Transform and write one batch, re-reading documents a concurrent write moved.
+
+    :param strict: (transactions) raise on the first failed document instead of
+        recording it, so its side writes never commit with the others.
+    :param abort_on_conflict: (transactions) raise BackgroundConflictError when a
+        document changed under the batch instead of re-reading it.
+    """
+    spec = job.spec
+    result = BatchResult()
+    pending: Sequence[Document] = docs
+    conflict_round = 0
+    while pending:
+        ops, owners, errors = build_ops(job, transform_all(job, pending, ctx))
+        if strict and errors:
+            raise DocumentFailedError(errors[0])
+        result.errors.extend(errors)
+        matched, failed = write_ops(
+            collection, ops, write_concern=spec.write_concern, session=session
+        )
+        write_errors = [
+            DocError(
+                owners[index]["_id"],
+                write_error_text(entry.get("code"), entry.get("errmsg")),
+                "write",
+            )
+            for index, entry in failed.items()
+        ]
+        if strict and write_errors:
+            raise DocumentFailedError(write_errors[0])
+        result.errors.extend(write_errors)
+        written = len(ops) - len(failed)
+        if matched == written:
+            result.migrated += written
+            return result
+        if abort_on_conflict:
+            raise BackgroundConflictError(
+                "a document changed under the transactional batch", {"reason": "write-conflict"}
+            )
+        candidates = [owner for index, owner in enumerate(owners) if index not in failed]
+        stale = _settle(job, candidates, collection, session, result)
+        if not stale:
+            return result
+        retry = list(
+            collection.find({"$and": [job.match, _by_ids(stale, job.partitioner)]}, session=session)
+        )
+        result.skipped += len(stale) - len(retry)
+        if not retry:
+            return result
+        if conflict_round >= spec.max_conflict_retries:
+            result.conflicts += len(retry)
+            result.left.extend(doc["_id"] for doc in retry)
+            return result
+        result.retried += len(retry)
+        pending = retry
+        conflict_round += 1
+    return result
+
+
+def _settle(
+    job: Job,
+    candidates: Sequence[Document],
+    collection: Collection[Document],
+    session: ClientSession | None,
+    result: BatchResult,
+) -> list[Document]:
+    """Judge the written documents after a short match: count them, return the stale ones."""
+    spec = job.spec
+    projection = {spec.field: 1, **({spec.revision_field: 1} if spec.revision_field else {})}
+    now_by_key = {
+        canonical_id_key(doc["_id"]): doc
+        for doc in collection.find(
+            _by_ids(candidates, job.partitioner), projection, session=session
+        )
+    }
+    stale = []
+    for before in candidates:
+        now = now_by_key.get(canonical_id_key(before["_id"]))
+        if now is None:
+            result.skipped += 1
+            continue
+        version = version_of(now, spec.field)
+        if version == job.target:
+            expected = (revision_of(before, spec.revision_field) or 0) + 1
+            ours = spec.revision_field is None or revision_of(now, spec.revision_field) == expected
+            if ours:
+                result.migrated += 1
+            else:
+                result.skipped += 1
+        elif version == job.source:
+            stale.append(before)
+        else:
+            result.skipped += 1
+    return stale
+
+
+class DocumentFailedError(BackgroundFailedError):
+    """One document failed a strict (transactional) batch; the batch retries without it."""
+
+    code = "BACKGROUND_DOCUMENT_FAILED"
+
+    def __init__(self, error: DocError) -> None:
+        super().__init__(f"a document failed: {error.error}", {"reason": "document"})
+        self.error = error
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (self.__class__, (self.error,))
+
+
+# -- a partition -----------------------------------------------------------------------
+
+
+@dataclass
+class PartitionContext:
+    """What a lane hands the engine for one leased partition."""
+
+    store: BackgroundStore
+    lease: Lease
+    partition: Document
+    db: Database[Document]
+    client: Any
+    deadline: float
+    throttle: Throttle
+    read_control: Callable[[], Document | None]
+    lease_lost: Callable[[], bool]
+    on_batch: Callable[[dict[str, Any]], None] | None = None
+
+
+@dataclass
+class PartitionResult:
+    outcome: str
+    counters: dict[str, int]
+    error: MigronautError | None = None
+
+
+def control_outcome(control: Mapping[str, Any] | None, job: Job, plan_token: str) -> str | None:
+    """What the state's status means for a lane on this partition; None: go on."""
+    if control is None:
+        return "cancelled"
+    status = control.get("status")
+    if status in ("paused", "cancelled", "failed"):
+        return str(status)
+    if status != "running":
+        return "stale"
+    plan = control.get("plan") or {}
+    if control.get("generation") != job.generation or plan.get("token") != plan_token:
+        return "stale"
+    return None
+
+
+def errors_of(errors: Sequence[DocError]) -> tuple[list[Any], list[Document]]:
+    """A batch's failed documents as stored: their ids and their entries."""
+    at = time.time()
+    return [error.id for error in errors], [{**error.entry(), "at_epoch": at} for error in errors]
+
+
+def plain_batch(
+    job: Job, ctx: PartitionContext, cursor: Mapping[str, Any], batch_size: int
+) -> tuple[BatchResult, dict[str, Any] | None, dict[str, int]]:
+    """One batch without a transaction: read, transform, write, fenced checkpoint."""
+    collection = ctx.db[job.collection]
+    query = job.partitioner.batch_query(
+        ctx.partition["scope"], cursor, limit=batch_size, match=job.match, hint=job.hint
+    )
+    docs = find(collection, query)
+    transform_ctx = TransformContext(
+        migration=job.name,
+        direction=job.direction,
+        generation=job.generation,
+        partition=str(ctx.partition["_id"]),
+        db=ctx.db,
+        client=ctx.client,
+        log=job.log,
+        cancel=job.cancel,
+    )
+    result = apply_batch(job, docs, collection, transform_ctx)
+    bad_ids, doc_errors = errors_of(result.errors)
+    next_cursor = job.partitioner.advance(cursor, docs, limit=batch_size, left=result.left)
+    counters = result.counters(len(docs))
+    ctx.store.checkpoint(
+        ctx.lease,
+        cursor=next_cursor if next_cursor is not None else cursor,
+        counters=counters,
+        bad_ids=bad_ids,
+        doc_errors=doc_errors,
+        done=next_cursor is None,
+    )
+    return result, next_cursor, counters
+
+
+def process_partition(job: Job, ctx: PartitionContext, store: BackgroundStore) -> PartitionResult:
+    """Work one partition until it is drained, the slice ends, or the state says stop.
+
+    Outcomes: ``exhausted`` (drained), ``yielded`` (the slice's time is up),
+    ``paused``, ``cancelled``, ``failed`` (with ``error``: the state failed or the
+    document error budget ran out), ``stale`` (another plan took over),
+    ``stopped`` (the cancel token). A lost lease raises LeaseLost.
+    """
+    spec = job.spec
+    counters: dict[str, int] = {}
+    cursor: dict[str, Any] = dict(ctx.partition.get("cursor") or {})
+    plan_token = ctx.partition["plan"]
+    batches = 0
+    while True:
+        if job.cancel.cancelled:
+            return PartitionResult("stopped", counters)
+        if batches > 0 and time.monotonic() >= ctx.deadline:
+            return PartitionResult("yielded", counters)
+        if ctx.lease_lost():
+            store.checkpoint(ctx.lease, cursor=cursor, counters={})  # raises LeaseLost
+        stop = control_outcome(ctx.read_control(), job, plan_token)
+        if stop is not None:
+            return PartitionResult(stop, counters)
+        if ctx.throttle.before_batch(job.cancel):
+            return PartitionResult("stopped", counters)
+        started = time.monotonic()
+        result, next_cursor, batch_counters = plain_batch(job, ctx, cursor, spec.batch_size)
+        add_counters(counters, batch_counters)
+        batches += 1
+        if ctx.on_batch is not None:
+            latency_ms = int((time.monotonic() - started) * 1000)
+            ctx.on_batch({"counters": batch_counters, "latency_ms": latency_ms})
+        if result.errors:
+            failure = _over_error_budget(job, store)
+            if failure is not None:
+                return PartitionResult("failed", counters, failure)
+        if next_cursor is None:
+            return PartitionResult("exhausted", counters)
+        cursor = next_cursor
+
+
+def _over_error_budget(job: Job, store: BackgroundStore) -> BackgroundFailedError | None:
+    total = store.count_bad_ids(job.name, job.generation)
+    if total <= job.spec.max_document_errors:
+        return None
+    return BackgroundFailedError(
+        f"background migration {job.name} failed: {total} document(s) could not be migrated, "
+        f"more than max_document_errors ({job.spec.max_document_errors})",
+        {
+            "migration": job.name,
+            "failed_documents": total,
+            "max_document_errors": job.spec.max_document_errors,
+        },
+    )

@@ -1,0 +1,250 @@
+"""A lane's slice: claim a partition and a slot, work it until the slice ends, release.
+
+A slice answers with an outcome:
+
+- ``yielded`` — time is up and work is left (run another slice soon);
+- ``exhausted`` — nothing left to claim in this plan;
+- ``busy`` — work is left but every slot is held (``retry_after_ms``);
+- ``stale`` — no current plan: the coordinator must run first;
+- ``paused`` / ``cancelled`` / ``failed`` — the migration's status says stop;
+- ``stopped`` — the caller's cancel token fired;
+- ``lost`` — the lease was reaped or unlocked under us; nothing more was written.
+
+A slice that raises (a transform that fails a whole batch, the server) is
+counted on its partition (``max_slice_failures`` of them fail it) and re-raised
+as :class:`~migronaut_core.errors.BatchFailed` when it is worth retrying.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import pendulum
+
+from migronaut_core.background.cancel import CancelToken
+from migronaut_core.background.coordinator import fail_state, job_for
+from migronaut_core.background.engine import (
+    Job,
+    PartitionContext,
+    PartitionResult,
+    add_counters,
+    process_partition,
+)
+from migronaut_core.background.runtime import Runtime
+from migronaut_core.background.scrub import error_text
+from migronaut_core.background.store import Lease
+from migronaut_core.background.throttle import Throttle
+from migronaut_core.errors import BatchFailed, LeaseLost, MigronautError
+
+log = logging.getLogger("migronaut_core.background")
+
+_CONTROL_FIELDS = {"status": 1, "generation": 1, "plan.token": 1}
+
+
+@dataclass(frozen=True, slots=True)
+class SliceResult:
+    outcome: str
+    counters: dict[str, int] = field(default_factory=dict)
+    retry_after_ms: int | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"outcome": self.outcome, "counters": self.counters}
+        if self.retry_after_ms is not None:
+            data["retry_after_ms"] = self.retry_after_ms
+        if self.error is not None:
+            data["error"] = self.error
+        return data
+
+
+class LeaseKeeper:
+    """Renews a lease in the background while a lane works a partition.
+
+    A transform slower than the lease's TTL would otherwise lose it mid-batch;
+    a renewal that matches nothing means it was reaped or unlocked, and the
+    lane stops before its next write.
+    """
+
+    def __init__(self, rt: Runtime, lease: Lease) -> None:
+        self._rt = rt
+        self._lease = lease
+        self._stop = threading.Event()
+        self.lost = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="migronaut-lease")
+
+    def _run(self) -> None:
+        interval = max(0.05, self._lease.ttl_ms / 3000)
+        while not self._stop.wait(interval):
+            try:
+                if not self._rt.store.renew(self._lease):
+                    self.lost.set()
+                    return
+            except Exception:
+                log.warning("renewing a lease failed; retrying", exc_info=False)
+
+    def __enter__(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def run_slice(
+    rt: Runtime,
+    name: str,
+    *,
+    slice_ms: int | None = None,
+    owner: str | None = None,
+    cancel: CancelToken | None = None,
+) -> SliceResult:
+    """Run one slice of one lane; see the module docstring for the outcomes."""
+    token = cancel or CancelToken()
+    owner = owner or uuid.uuid4().hex[:12]
+    state = rt.store.get(name, projection={"history": 0, "doc_errors": 0})
+    if state is None:
+        return SliceResult("cancelled")
+    status = state["status"]
+    if status in ("paused", "cancelled", "failed"):
+        return SliceResult(status)
+    if status != "running" or state.get("phase") != "process" or state.get("plan") is None:
+        return SliceResult("exhausted" if status == "completed" else "stale")
+    job = job_for(rt, name, state, token)
+    deadline = time.monotonic() + (slice_ms if slice_ms is not None else job.spec.slice_ms) / 1000
+    counters: dict[str, int] = {}
+    worked = False
+    while True:
+        if token.cancelled:
+            return SliceResult("stopped", counters)
+        if worked and time.monotonic() >= deadline:
+            return SliceResult("yielded", counters)
+        claim = rt.store.claim(
+            name,
+            generation=state["generation"],
+            plan=state["plan"]["token"],
+            max_parallel=job.spec.max_parallel,
+            ttl_ms=rt.ttl_ms,
+            owner=owner,
+        )
+        if claim.exhausted:
+            return SliceResult("exhausted", counters)
+        if claim.busy or claim.lease is None or claim.partition is None:
+            if worked:
+                return SliceResult("yielded", counters)
+            return SliceResult("busy", counters, retry_after_ms=max(1, rt.ttl_ms // 4))
+        worked = True
+        result = _work(rt, job, state, claim.lease, claim.partition, deadline, owner)
+        add_counters(counters, result.counters)
+        if result.outcome == "lost":
+            return SliceResult("lost", counters)
+        if result.outcome == "failed":
+            message = error_text(result.error) if result.error else "failed"
+            if result.error is not None:
+                rt.store.fail_partition(claim.lease, error=message)
+                fail_state(rt, state, message)
+            return SliceResult("failed", counters, error=message)
+        if result.outcome != "exhausted":
+            rt.store.release(claim.lease)
+            return SliceResult(result.outcome, counters)
+
+
+def _work(
+    rt: Runtime,
+    job: Job,
+    state: dict[str, Any],
+    lease: Lease,
+    partition: dict[str, Any],
+    deadline: float,
+    owner: str,
+) -> PartitionResult:
+    """Work one leased partition, turning failures into counted outcomes."""
+    name = job.name
+    job.partition_id = partition["_id"]
+    rt.emit(
+        "background:slice:start",
+        {
+            "migration": name,
+            "generation": state["generation"],
+            "partition": str(partition["_id"]),
+            "slot": lease.slot,
+            "owner": owner,
+        },
+    )
+    throttle = Throttle(
+        migration=name,
+        pause_ms=job.spec.throttle.pause_ms,
+        user_throttle=job.fns.throttle,
+        generation=state["generation"],
+        partition=str(partition["_id"]),
+        batch_size=job.spec.batch_size,
+    )
+    try:
+        with LeaseKeeper(rt, lease) as keeper:
+            context = PartitionContext(
+                store=rt.store,
+                lease=lease,
+                partition=partition,
+                db=rt.db,
+                client=rt.client,
+                deadline=deadline,
+                throttle=throttle,
+                read_control=lambda: rt.store.get(name, projection=_CONTROL_FIELDS),
+                lease_lost=keeper.lost.is_set,
+                on_batch=lambda info: rt.emit(
+                    "background:batch",
+                    {"migration": name, "partition": str(partition["_id"]), **info},
+                ),
+            )
+            result = process_partition(job, context, rt.store)
+    except LeaseLost:
+        rt.emit("background:lease:lost", {"migration": name, "partition": str(partition["_id"])})
+        log.warning("%s: lane %s lost its lease; stopping", name, owner)
+        return PartitionResult("lost", {})
+    except Exception as exc:
+        if job.cancel.cancelled:
+            return PartitionResult("stopped", {})
+        raise _counted_failure(rt, job, lease, partition, exc) from exc
+    rt.store.set(name, {"last_progress_at": pendulum.now("UTC")})
+    rt.emit(
+        "background:slice:end",
+        {
+            "migration": name,
+            "partition": str(partition["_id"]),
+            "outcome": result.outcome,
+            "counters": result.counters,
+        },
+    )
+    return result
+
+
+def _counted_failure(
+    rt: Runtime, job: Job, lease: Lease, partition: dict[str, Any], exc: Exception
+) -> MigronautError:
+    message = error_text(exc)
+    try:
+        partition_failed = rt.store.fail_slice(
+            lease, error=message, max_slice_failures=job.spec.max_slice_failures
+        )
+    except Exception:
+        partition_failed = False
+    rt.emit(
+        "background:slice:end",
+        {
+            "migration": job.name,
+            "partition": str(partition["_id"]),
+            "outcome": "error",
+            "error": message,
+        },
+    )
+    log.error("%s: a slice failed: %s", job.name, message)
+    context = {"migration": job.name, "partition_failed": partition_failed}
+    if isinstance(exc, MigronautError) and not exc.retryable:
+        exc.context.update(context)
+        return exc
+    return BatchFailed(f"{job.name}: a slice failed: {message}", context)

@@ -1,0 +1,103 @@
+"""What the coordinator, lanes and controls run with: one object per kit.
+
+It holds the database handles, the store, the event hub, the loader of
+migration files and the per-process caches (index keys, warnings said once).
+Everything the seeds pass around as ``deps``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pymongo import MongoClient
+from pymongo.database import Database
+from pymongo.errors import PyMongoError
+
+from migronaut_core.background.events import Events
+from migronaut_core.background.spec import BackgroundFunctions, BackgroundSpec
+from migronaut_core.background.store import BackgroundStore
+from migronaut_core.lock import MongoLock
+
+log = logging.getLogger("migronaut_core.background")
+
+#: How long a collection's index keys are reused: indexes change on a deploy, not a batch.
+INDEX_CACHE_SECONDS = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedBackground:
+    """A background migration file, resolved: its spec, functions and checksum."""
+
+    name: str
+    spec: BackgroundSpec
+    fns: BackgroundFunctions
+    checksum: str
+    requires: tuple[str, ...] = ()
+    description: str | None = None
+
+
+Loader = Callable[[str], LoadedBackground]
+
+
+@dataclass
+class Runtime:
+    """The wiring of the background engine inside one kit (one process)."""
+
+    db: Database[dict[str, Any]]
+    client: MongoClient[dict[str, Any]]
+    store: BackgroundStore
+    events: Events
+    load: Loader
+    lock_collection: str
+    ttl_seconds: float
+    on_completed: Callable[[str], None] | None = None
+    _warned: set[str] = field(default_factory=set)
+    _index_cache: dict[str, tuple[float, list[dict[str, Any]]]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def ttl_ms(self) -> int:
+        return int(self.ttl_seconds * 1000)
+
+    def lock_for(self, name: str) -> MongoLock:
+        """The coordinator lock of one background migration (held one step at a time)."""
+        return MongoLock(
+            self.db[self.lock_collection],
+            f"background:{name}",
+            self.ttl_seconds,
+            label="background coordinator lock",
+        )
+
+    def warn_once(self, key: str, message: str, *args: Any) -> None:
+        with self._lock:
+            if key in self._warned:
+                return
+            self._warned.add(key)
+        log.warning(message, *args)
+
+    def emit(self, event: str, payload: Mapping[str, Any]) -> None:
+        self.events.emit(event, dict(payload))
+
+    def index_keys(self, collection: str) -> list[dict[str, Any]]:
+        """The key patterns of a collection's indexes (none when it does not exist)."""
+        now = time.monotonic()
+        with self._lock:
+            hit = self._index_cache.get(collection)
+        if hit is not None and now - hit[0] < INDEX_CACHE_SECONDS:
+            return hit[1]
+        try:
+            keys = [dict(index["key"]) for index in self.db[collection].list_indexes()]
+        except PyMongoError:
+            return []
+        with self._lock:
+            self._index_cache[collection] = (now, keys)
+        return keys
+
+    def forget_indexes(self, collection: str) -> None:
+        with self._lock:
+            self._index_cache.pop(collection, None)

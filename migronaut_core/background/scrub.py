@@ -1,0 +1,55 @@
+"""Error texts that may leave the engine: no document values in them.
+
+Server errors about single documents quote the values involved (a duplicate key
+error prints the key; a validation error prints the failing document's fields).
+These texts name the error and the index or rule, never the values. A
+transform's own exception is named by its type only: its message is the
+user's and may quote the document.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pymongo.errors import PyMongoError
+
+from migronaut_core.errors import MigronautError
+
+_INDEX = re.compile(r"index: (\S+)")
+
+#: Server error codes that fail one document, not the batch.
+DOCUMENT_ERROR_CODES = frozenset({11000, 121, 72, 66, 17280})
+
+_CODE_TEXT = {
+    11000: "duplicate key",
+    121: "document failed validation",
+    72: "invalid options (a shard key change through mongos)",
+    66: "immutable field changed",
+    17280: "index key too large",
+}
+
+
+def write_error_text(code: int | None, errmsg: str | None) -> str:
+    """Describe one write error of a bulk write without its values."""
+    text = _CODE_TEXT.get(code or 0, "write error")
+    if code == 11000 and errmsg:
+        index = _INDEX.search(errmsg)
+        if index:
+            text += f" on index {index.group(1)}"
+    return f"{text} (code {code})" if code else text
+
+
+def error_text(error: BaseException | str) -> str:
+    """Describe an exception for logs, events and the state, without document values."""
+    if isinstance(error, str):
+        return error
+    if isinstance(error, MigronautError):
+        return error.message
+    if isinstance(error, PyMongoError):
+        code: Any = getattr(error, "code", None)
+        details = getattr(error, "details", None) or {}
+        if code in DOCUMENT_ERROR_CODES:
+            return write_error_text(code, details.get("errmsg"))
+        return f"{type(error).__name__}" + (f" (code {code})" if code else "")
+    return type(error).__name__

@@ -1,0 +1,653 @@
+"""Where background migrations keep their state: one state document per migration
+and one document per partition.
+
+Every method is one or a few atomic MongoDB operations; none reads then writes on
+the client's say-so where a concurrent process could slip in between. The
+invariants callers rely on (DESIGN §3.3):
+
+- at most ``max_parallel`` live leases per migration, whatever the number of
+  claimants: a lease takes a *slot*, and a unique partial index on
+  ``(migration, lease.slot)`` lets only one partition hold each slot;
+- every write a lane makes to its partition is fenced by its lease token
+  (:class:`~migronaut_core.errors.LeaseLost` when it no longer holds it);
+- lease expiry is judged by the server's clock: leases record ``renewed_at``
+  with ``$currentDate`` and expire ``ttl_ms`` after it, compared with ``$$NOW``;
+- a plan commits by compare-and-set on generation, previous plan token, status
+  and checksum;
+- a pass's counters roll into the totals once per generation (``rolled_generation``).
+
+Ids of failed documents live in ``bad_ids`` (later passes must skip them); they
+never appear in messages or logs.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pendulum
+from pymongo import ASCENDING, ReturnDocument
+from pymongo.client_session import ClientSession
+from pymongo.collection import Collection
+from pymongo.database import Database
+from pymongo.errors import DuplicateKeyError
+
+from migronaut_core.config import BackgroundCollections
+from migronaut_core.errors import LeaseLost
+
+#: The state document layout this release writes; a newer one is left alone.
+STATE_SCHEMA = 1
+#: Failed document ids kept on a state (one more marks "and more").
+MAX_BAD_IDS = 10_000
+#: Document error entries kept on a state and on a partition.
+MAX_DOC_ERRORS = 100
+#: Control history entries kept on a state.
+MAX_HISTORY = 100
+
+OPEN_STATUSES = ("pending", "running")
+COUNTER_KEYS = ("scanned", "migrated", "skipped", "conflicts", "retried", "failed", "batches")
+
+Document = dict[str, Any]
+
+
+def _now() -> Any:
+    return pendulum.now("UTC")
+
+
+def _lease_expired() -> Document:
+    """``$expr`` true for a partition whose lease lapsed by the server's clock."""
+    return {"$lt": [{"$add": ["$lease.renewed_at", "$lease.ttl_ms"]}, "$$NOW"]}
+
+
+def _literal_fields(fields: Mapping[str, Any]) -> Document:
+    """Field values for a pipeline ``$set``: no value is read as an expression."""
+    return {key: {"$literal": value} for key, value in fields.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A lane's hold on one partition: the token fences every write it makes."""
+
+    partition_id: Any
+    token: str
+    owner: str
+    slot: int
+    ttl_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What a claim attempt got: a partition and its lease, or why not."""
+
+    partition: Document | None = None
+    lease: Lease | None = None
+    exhausted: bool = False
+    busy: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionCounts:
+    pending: int = 0
+    running: int = 0
+    leased: int = 0
+    done: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    superseded: int = 0
+
+    @property
+    def open(self) -> int:
+        return self.pending + self.running
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "pending": self.pending,
+            "running": self.running,
+            "leased": self.leased,
+            "done": self.done,
+            "failed": self.failed,
+            "cancelled": self.cancelled,
+            "superseded": self.superseded,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationTotals:
+    """The counters of every partition of one generation, summed."""
+
+    totals: dict[str, int]
+    bad_ids: list[Any]
+    doc_errors: list[Document]
+    failed_partitions: int
+    last_error: str | None
+
+
+class BackgroundStore:
+    """State and partitions of background migrations in one database."""
+
+    def __init__(self, db: Database[Document], names: BackgroundCollections) -> None:
+        self.db = db
+        self.states: Collection[Document] = db[names.state]
+        self.partitions: Collection[Document] = db[names.partitions]
+
+    # -- indexes ---------------------------------------------------------------------
+
+    def ensure_indexes(self) -> None:
+        """Create the indexes the invariants need; idempotent."""
+        self.partitions.create_index(
+            [
+                ("migration", ASCENDING),
+                ("generation", ASCENDING),
+                ("plan", ASCENDING),
+                ("status", ASCENDING),
+            ],
+            name="migration_generation_plan_status",
+        )
+        self.partitions.create_index(
+            [("migration", ASCENDING), ("lease.slot", ASCENDING)],
+            name="one_lease_per_slot",
+            unique=True,
+            partialFilterExpression={"lease.slot": {"$exists": True}},
+        )
+        self.partitions.create_index(
+            [("migration", ASCENDING), ("lease.group", ASCENDING), ("lease.group_slot", ASCENDING)],
+            name="one_lease_per_group_slot",
+            unique=True,
+            partialFilterExpression={"lease.group_slot": {"$exists": True}},
+        )
+        self.states.create_index([("status", ASCENDING)], name="status")
+        self.states.create_index([("requires", ASCENDING), ("status", ASCENDING)], name="requires")
+
+    # -- state documents ---------------------------------------------------------------
+
+    def get(self, name: str, *, projection: Mapping[str, Any] | None = None) -> Document | None:
+        return self.states.find_one({"_id": name}, projection)
+
+    def get_many(self, names: Sequence[str]) -> dict[str, Document]:
+        return {doc["_id"]: doc for doc in self.states.find({"_id": {"$in": list(names)}})}
+
+    def list_states(self, query: Mapping[str, Any] | None = None) -> list[Document]:
+        return list(self.states.find(dict(query or {}), {"history": 0}).sort("created_at", 1))
+
+    def register(
+        self,
+        name: str,
+        fields: Mapping[str, Any],
+        *,
+        action: str = "register",
+        by: str | None = None,
+        session: ClientSession | None = None,
+    ) -> Document:
+        """Start a registration afresh (a first ``up``, or a ``down`` that reverts).
+
+        The partitions of any earlier registration go: a lane still working one
+        finds its lease gone at its next write. The history is kept.
+        """
+        self.partitions.delete_many({"migration": name}, session=session)
+        now = _now()
+        fresh = {
+            "schema": STATE_SCHEMA,
+            "registration": uuid.uuid4().hex,
+            "phase": "partition",
+            "generation": 0,
+            "pass": 0,
+            "rolled_generation": 0,
+            "totals": {},
+            "bad_ids": [],
+            "doc_errors": [],
+            "failed_partitions": 0,
+            "last_error": None,
+            "updated_at": now,
+            "registered_at": now,
+            **fields,
+        }
+        entry = {"action": action, "to": fields.get("status"), "by": by, "at": now}
+        doc = self.states.find_one_and_update(
+            {"_id": name},
+            {
+                "$set": fresh,
+                "$unset": {
+                    "plan": "",
+                    "started_at": "",
+                    "completed_at": "",
+                    "failed_at": "",
+                    "coordinator": "",
+                    "round": "",
+                    "control": "",
+                },
+                "$setOnInsert": {"created_at": now},
+                "$push": {"history": {"$each": [entry], "$slice": -MAX_HISTORY}},
+            },
+            upsert=True,
+            return_document=ReturnDocument.AFTER,
+            session=session,
+        )
+        assert doc is not None
+        return doc
+
+    def delete(self, name: str, *, session: ClientSession | None = None) -> None:
+        """Forget a background migration entirely (a withdrawn registration)."""
+        self.partitions.delete_many({"migration": name}, session=session)
+        self.states.delete_one({"_id": name}, session=session)
+
+    def set(self, name: str, fields: Mapping[str, Any]) -> None:
+        self.states.update_one({"_id": name}, {"$set": {**fields, "updated_at": _now()}})
+
+    def cas(
+        self, name: str, expected: Mapping[str, Any], update: Mapping[str, Any]
+    ) -> Document | None:
+        """Apply ``update`` if the state still matches ``expected``; the state after, or None."""
+        return self.states.find_one_and_update(
+            {"_id": name, **expected}, dict(update), return_document=ReturnDocument.AFTER
+        )
+
+    def move(
+        self,
+        name: str,
+        *,
+        from_statuses: Iterable[str],
+        to: str,
+        action: str,
+        fields: Mapping[str, Any] | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+    ) -> Document | None:
+        """Change the status if it is one of ``from_statuses``, recording it in ``history``.
+
+        Returns the state after, or None when the status was not one of them (a
+        concurrent move won; judge again from what it is now).
+        """
+        entry: Document = {"action": action, "from": "$status", "to": to, "at": "$$NOW"}
+        if by is not None:
+            entry["by"] = {"$literal": by}
+        if reason is not None:
+            entry["reason"] = {"$literal": reason}
+        history = {
+            "$slice": [{"$concatArrays": [{"$ifNull": ["$history", []]}, [entry]]}, -MAX_HISTORY]
+        }
+        stage = {
+            **_literal_fields(fields or {}),
+            "status": to,
+            "history": history,
+            "updated_at": "$$NOW",
+        }
+        return self.states.find_one_and_update(
+            {"_id": name, "status": {"$in": list(from_statuses)}},
+            [{"$set": stage}],
+            return_document=ReturnDocument.AFTER,
+        )
+
+    def note(self, name: str, entry: Mapping[str, Any]) -> None:
+        """Record an operator's act that changes no status (an unlock) in ``history``."""
+        self.states.update_one(
+            {"_id": name},
+            {
+                "$push": {"history": {"$each": [{**entry, "at": _now()}], "$slice": -MAX_HISTORY}},
+                "$set": {"updated_at": _now()},
+            },
+        )
+
+    # -- plans -----------------------------------------------------------------------
+
+    def commit_plan(
+        self,
+        name: str,
+        *,
+        generation: int,
+        previous_token: str | None,
+        new_pass: bool,
+        expected: Mapping[str, Any],
+        plan: Mapping[str, Any],
+        scopes: Sequence[Mapping[str, Any]],
+        fields: Mapping[str, Any],
+    ) -> Document | None:
+        """Insert a plan's partitions and point the state at it, if nobody planned first.
+
+        A new pass starts a new generation; a replan keeps it (its superseded
+        partitions' counters still count). Returns the state after, or None when
+        the compare-and-set lost — its partitions are then removed (and any left
+        by a crash in between are removed by :meth:`drop_foreign_plans`).
+        """
+        token = uuid.uuid4().hex
+        target = generation + 1 if new_pass else generation
+        now = _now()
+        if scopes:
+            self.partitions.insert_many(
+                [
+                    {
+                        "migration": name,
+                        "generation": target,
+                        "plan": token,
+                        "index": index,
+                        "scope": dict(scope),
+                        **({"group": scope["group"]} if "group" in scope else {}),
+                        "status": "pending",
+                        "cursor": {},
+                        "counters": {},
+                        "bad_ids": [],
+                        "doc_errors": [],
+                        "slice_failures": 0,
+                        "created_at": now,
+                        "updated_at": now,
+                    }
+                    for index, scope in enumerate(scopes)
+                ],
+                ordered=False,
+            )
+        condition: Document = {"generation": generation, **expected}
+        condition["plan.token"] = (
+            previous_token if previous_token is not None else {"$exists": False}
+        )
+        committed = self.cas(
+            name,
+            condition,
+            {
+                "$set": {
+                    "generation": target,
+                    "plan": {**plan, "token": token},
+                    "phase": "process",
+                    **fields,
+                    "updated_at": now,
+                }
+            },
+        )
+        if committed is None:
+            self.partitions.delete_many({"migration": name, "plan": token})
+        return committed
+
+    def drop_foreign_plans(self, name: str, token: str) -> int:
+        """Remove never-claimed partitions of plans that lost a commit race."""
+        result = self.partitions.delete_many(
+            {
+                "migration": name,
+                "plan": {"$ne": token},
+                "status": "pending",
+                "lease": {"$exists": False},
+                "counters.batches": {"$exists": False},
+            }
+        )
+        return result.deleted_count
+
+    def supersede(self, name: str, *, generation: int, plan: str) -> int:
+        """Retire the open partitions of a plan being replaced (their counters still count)."""
+        result = self.partitions.update_many(
+            {
+                "migration": name,
+                "generation": generation,
+                "plan": plan,
+                "status": {"$in": list(OPEN_STATUSES)},
+            },
+            {"$set": {"status": "superseded", "updated_at": _now()}},
+        )
+        return result.modified_count
+
+    def drop_generations(self, name: str, up_to: int) -> int:
+        """Remove the partitions of generations ``<= up_to`` (their counters are rolled)."""
+        result = self.partitions.delete_many({"migration": name, "generation": {"$lte": up_to}})
+        return result.deleted_count
+
+    def set_open_partitions(
+        self,
+        name: str,
+        *,
+        generation: int,
+        plan: str,
+        status: str,
+        from_statuses: Sequence[str] = OPEN_STATUSES,
+    ) -> int:
+        """Move a plan's partitions in ``from_statuses`` to ``status`` (cancel, retry)."""
+        update: Document = {"$set": {"status": status, "updated_at": _now()}}
+        if status == "pending":
+            update["$set"]["slice_failures"] = 0
+            update["$unset"] = {"last_error": ""}
+        result = self.partitions.update_many(
+            {
+                "migration": name,
+                "generation": generation,
+                "plan": plan,
+                "status": {"$in": list(from_statuses)},
+            },
+            update,
+        )
+        return result.modified_count
+
+    # -- leases ------------------------------------------------------------------------
+
+    def reap(self, name: str) -> int:
+        """Drop leases that lapsed by the server's clock; their partitions become claimable."""
+        result = self.partitions.update_many(
+            {"migration": name, "lease": {"$exists": True}, "$expr": _lease_expired()},
+            {"$unset": {"lease": ""}, "$set": {"updated_at": _now()}},
+        )
+        return result.modified_count
+
+    def claim(
+        self,
+        name: str,
+        *,
+        generation: int,
+        plan: str,
+        max_parallel: int,
+        ttl_ms: int,
+        owner: str,
+    ) -> Claim:
+        """Lease one open partition of the plan on a free slot.
+
+        Exhausted: no open partition lacks a lease. Busy: open partitions are
+        left, but every slot is held (or was taken while we tried).
+        """
+        self.reap(name)
+        claimable = {
+            "migration": name,
+            "generation": generation,
+            "plan": plan,
+            "status": {"$in": list(OPEN_STATUSES)},
+            "lease": {"$exists": False},
+        }
+        if self.partitions.count_documents(claimable, limit=1) == 0:
+            return Claim(exhausted=True)
+        held = {
+            doc["lease"]["slot"]
+            for doc in self.partitions.find(
+                {"migration": name, "lease.slot": {"$exists": True}}, {"lease.slot": 1}
+            )
+        }
+        for slot in (slot for slot in range(max_parallel) if slot not in held):
+            lease = Lease(
+                partition_id=None, token=uuid.uuid4().hex, owner=owner, slot=slot, ttl_ms=ttl_ms
+            )
+            try:
+                doc = self.partitions.find_one_and_update(
+                    claimable,
+                    {
+                        "$set": {
+                            "status": "running",
+                            "lease.token": lease.token,
+                            "lease.owner": owner,
+                            "lease.slot": slot,
+                            "lease.ttl_ms": ttl_ms,
+                            "updated_at": _now(),
+                        },
+                        "$currentDate": {"lease.renewed_at": True, "lease.claimed_at": True},
+                    },
+                    sort=[("status", ASCENDING), ("index", ASCENDING)],
+                    return_document=ReturnDocument.AFTER,
+                )
+            except DuplicateKeyError:
+                continue  # another lane took this slot first
+            if doc is None:
+                return Claim(exhausted=True)
+            return Claim(
+                partition=doc,
+                lease=Lease(doc["_id"], lease.token, owner, slot, ttl_ms),
+            )
+        return Claim(busy=True)
+
+    def _fenced(self, lease: Lease) -> Document:
+        return {"_id": lease.partition_id, "lease.token": lease.token}
+
+    def renew(self, lease: Lease) -> bool:
+        """Extend a lease; False when it was reaped or taken over."""
+        result = self.partitions.update_one(
+            self._fenced(lease), {"$currentDate": {"lease.renewed_at": True}}
+        )
+        return result.matched_count == 1
+
+    def checkpoint(
+        self,
+        lease: Lease,
+        *,
+        cursor: Mapping[str, Any],
+        counters: Mapping[str, int],
+        bad_ids: Sequence[Any] = (),
+        doc_errors: Sequence[Mapping[str, Any]] = (),
+        done: bool = False,
+        throttle: Mapping[str, Any] | None = None,
+        session: ClientSession | None = None,
+    ) -> None:
+        """Record a batch's progress, fenced by the lease; ``done`` releases the partition.
+
+        :raises LeaseLost: the lease is not ours any more; nothing was written.
+        """
+        update: Document = {
+            "$set": {"cursor": dict(cursor), "updated_at": _now()},
+            "$currentDate": {"lease.renewed_at": True},
+        }
+        increments = {f"counters.{key}": value for key, value in counters.items() if value}
+        if increments:
+            update["$inc"] = increments
+        if bad_ids:
+            update["$push"] = {
+                "bad_ids": {"$each": list(bad_ids)},
+                "doc_errors": {"$each": list(doc_errors), "$slice": -MAX_DOC_ERRORS},
+            }
+        if throttle is not None:
+            update["$set"]["throttle"] = dict(throttle)
+        if done:
+            update["$set"]["status"] = "done"
+            update["$unset"] = {"lease": ""}
+            del update["$currentDate"]
+        result = self.partitions.update_one(self._fenced(lease), update, session=session)
+        if result.matched_count != 1:
+            raise _lost(lease)
+
+    def release(self, lease: Lease) -> bool:
+        """Give a partition back (work left on it); False if the lease was already gone."""
+        result = self.partitions.update_one(
+            self._fenced(lease), {"$unset": {"lease": ""}, "$set": {"updated_at": _now()}}
+        )
+        return result.matched_count == 1
+
+    def fail_slice(self, lease: Lease, *, error: str, max_slice_failures: int) -> bool:
+        """Count a failed slice on its partition; True when that failed the partition."""
+        doc = self.partitions.find_one_and_update(
+            self._fenced(lease),
+            {
+                "$inc": {"slice_failures": 1},
+                "$set": {"last_error": error, "updated_at": _now()},
+                "$unset": {"lease": ""},
+            },
+            return_document=ReturnDocument.AFTER,
+        )
+        if doc is None or doc.get("slice_failures", 0) < max_slice_failures:
+            return False
+        self.partitions.update_one(
+            {"_id": doc["_id"], "status": "running", "lease": {"$exists": False}},
+            {"$set": {"status": "failed"}},
+        )
+        return True
+
+    def fail_partition(self, lease: Lease, *, error: str) -> None:
+        self.partitions.update_one(
+            self._fenced(lease),
+            {
+                "$set": {"status": "failed", "last_error": error, "updated_at": _now()},
+                "$unset": {"lease": ""},
+            },
+        )
+
+    def unlock_all(self, name: str) -> int:
+        """Drop every lease of a migration (an operator's unlock); their lanes stop at once."""
+        result = self.partitions.update_many(
+            {"migration": name, "lease": {"$exists": True}}, {"$unset": {"lease": ""}}
+        )
+        return result.modified_count
+
+    # -- reading partitions ----------------------------------------------------------
+
+    def live_leases(self, name: str) -> int:
+        """Leases not lapsed by the server's clock, over every generation."""
+        return self.partitions.count_documents(
+            {"migration": name, "lease": {"$exists": True}, "$expr": {"$not": [_lease_expired()]}}
+        )
+
+    def partition_counts(self, name: str, *, generation: int, plan: str) -> PartitionCounts:
+        rows = self.partitions.aggregate(
+            [
+                {"$match": {"migration": name, "generation": generation, "plan": plan}},
+                {
+                    "$group": {
+                        "_id": "$status",
+                        "n": {"$sum": 1},
+                        "leased": {"$sum": {"$cond": [{"$gt": ["$lease", None]}, 1, 0]}},
+                    }
+                },
+            ]
+        )
+        counts: dict[str, int] = {"leased": 0}
+        for row in rows:
+            counts[row["_id"]] = row["n"]
+            counts["leased"] += row["leased"]
+        known = {key: value for key, value in counts.items() if key in PartitionCounts.__slots__}
+        return PartitionCounts(**known)
+
+    def list_partitions(self, name: str, *, generation: int | None = None) -> list[Document]:
+        query: Document = {"migration": name}
+        if generation is not None:
+            query["generation"] = generation
+        return list(self.partitions.find(query).sort([("generation", 1), ("index", 1)]))
+
+    def count_bad_ids(self, name: str, generation: int) -> int:
+        """Failed documents so far: those rolled into the state plus this generation's."""
+        rows = list(
+            self.partitions.aggregate(
+                [
+                    {"$match": {"migration": name, "generation": generation}},
+                    {
+                        "$group": {
+                            "_id": None,
+                            "n": {"$sum": {"$size": {"$ifNull": ["$bad_ids", []]}}},
+                        }
+                    },
+                ]
+            )
+        )
+        state = self.get(name, projection={"bad_ids": 1})
+        rolled = len(state.get("bad_ids", [])) if state else 0
+        return rolled + (rows[0]["n"] if rows else 0)
+
+    def generation_totals(self, name: str, generation: int) -> GenerationTotals:
+        """Sum the counters of every partition of a generation, whatever its status."""
+        totals: dict[str, int] = {}
+        bad_ids: list[Any] = []
+        doc_errors: list[Document] = []
+        failed = 0
+        last_error = None
+        for doc in self.partitions.find({"migration": name, "generation": generation}):
+            for key, value in (doc.get("counters") or {}).items():
+                totals[key] = totals.get(key, 0) + int(value)
+            bad_ids.extend(doc.get("bad_ids") or [])
+            doc_errors.extend(doc.get("doc_errors") or [])
+            if doc.get("status") == "failed":
+                failed += 1
+                last_error = doc.get("last_error") or last_error
+        return GenerationTotals(totals, bad_ids, doc_errors[-MAX_DOC_ERRORS:], failed, last_error)
+
+
+def _lost(lease: Lease) -> LeaseLost:
+    return LeaseLost(
+        "the partition lease was lost (it expired or was reaped); this lane stops without writing",
+        {"slot": lease.slot},
+    )

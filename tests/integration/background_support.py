@@ -1,0 +1,80 @@
+"""Helpers for background-migration tests: migration files, seeding, a kit."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from pymongo.database import Database
+
+from migronaut_core import Migronaut
+
+SPLIT_NAME = "20240101000000_split_names"
+
+SPLIT_NAMES = """
+description = "Split name into first and last"
+
+background = {{
+    "collection": "users",
+    "from": 1,
+    "to": 2,
+    "batch_size": {batch_size},
+    "max_parallel": {max_parallel},
+    {extra}
+}}
+
+
+def migrate(doc, ctx):
+    first, _, last = doc.pop("name").partition(" ")
+    doc["first"] = first
+    doc["last"] = last
+    return doc
+
+
+def revert(doc, ctx):
+    doc["name"] = f"{{doc.pop('first')}} {{doc.pop('last')}}"
+    return doc
+"""
+
+
+def write_background(
+    directory: Path,
+    name: str = SPLIT_NAME,
+    *,
+    batch_size: int = 500,
+    max_parallel: int = 4,
+    extra: str = "",
+    body: str | None = None,
+) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.py"
+    source = (
+        body
+        if body is not None
+        else SPLIT_NAMES.format(batch_size=batch_size, max_parallel=max_parallel, extra=extra)
+    )
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+def seed_users(
+    db: Database[dict[str, Any]], count: int, *, start: int = 0, version: int = 1
+) -> None:
+    docs = [
+        {
+            "_id": start + i,
+            "name": f"First{start + i} Last{start + i}",
+            "_v": version,
+            "n": start + i,
+        }
+        for i in range(count)
+    ]
+    for offset in range(0, len(docs), 10_000):
+        db.users.insert_many(docs[offset : offset + 10_000], ordered=False)
+
+
+def make_kit(
+    mongo_uri: str, db: Database[dict[str, Any]], migrations: Path, **extra: Any
+) -> Migronaut:
+    return Migronaut(uri=mongo_uri, database=db.name, migrations_dir=str(migrations), **extra)
