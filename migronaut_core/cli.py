@@ -4,6 +4,15 @@ Exit status: 0 on success; a :class:`MigronautError`'s ``exit_code`` on a known
 failure (2 for bad config or arguments, 8 when the lock is held, …); 1 for
 anything unexpected. ``--json`` makes every command print one JSON document on
 stdout (errors too, as ``{"error": {code, message, context}}``).
+
+``migronaut background …`` inspects and controls background migrations
+(``status``, ``partitions``, ``history``, ``runnable``, ``pause``, ``resume``,
+``cancel``, ``retry``, ``repin``, ``unlock``) and drives one from this process
+(``run``). ``background run`` exits 0 when the migration completed (or, with
+``--once``, when it is still pending or running after its round);
+:data:`NOT_COMPLETED_EXIT` (12) when it stopped paused, cancelled or blocked;
+BackgroundFailedError's code when it failed; RunAbortedError's code after Ctrl-C
+(lanes stop at their next batch; it resumes from its checkpoints next time).
 """
 
 from __future__ import annotations
@@ -12,13 +21,21 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from migronaut_core.config import load_config
 from migronaut_core.errors import MigronautError
 from migronaut_core.kit import Migronaut
 from migronaut_core.runner import RunResult, StatusRow
+
+#: ``background run``'s exit status when it stopped without completing
+#: (paused, cancelled or blocked): nothing failed, but the work is not done.
+NOT_COMPLETED_EXIT = 12
+#: Without a live bar, ``background run`` prints a progress line this often.
+PLAIN_PROGRESS_SECONDS = 2.0
+
+Handler = Callable[[Migronaut, argparse.Namespace], int]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,6 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("title", help='e.g. "split user names"')
     create.add_argument("--background", action="store_true", help="a background migration")
     create.add_argument("--json", action="store_true", help="print JSON")
+
+    background = commands.add_parser(
+        "background", help="inspect, control and run background migrations"
+    )
+    _add_background_commands(
+        background.add_subparsers(dest="background_command", required=True, metavar="ACTION")
+    )
     return parser
 
 

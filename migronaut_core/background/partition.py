@@ -30,10 +30,12 @@ logs.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from bson.decimal128 import Decimal128
 from pymongo.errors import ExecutionTimeout, OperationFailure
 
 from migronaut_core.background.brackets import (
@@ -84,6 +86,8 @@ MIN_PARTITION_DOCS: Final = 1_000
 #: Server codes of an operation that ran out of time (MaxTimeMSExpired,
 #: ExceededTimeLimit).
 _TIMEOUT_CODES: Final = frozenset({50, 262})
+
+_NAN: Final = float("nan")
 
 _BRACKET_INDEX: Final = {bracket.name: index for index, bracket in enumerate(BRACKETS)}
 
@@ -210,6 +214,12 @@ def _excluded_brackets(scope: Mapping[str, Any]) -> frozenset[str]:
     return frozenset(names)
 
 
+def _is_nan(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isnan(value)
+    return isinstance(value, Decimal128) and value.to_decimal().is_nan()
+
+
 def _types_from(start: int, excluded: frozenset[str]) -> list[str]:
     """Return the ``$type`` names of the brackets from index ``start`` on, less ``excluded``."""
     return [
@@ -225,15 +235,21 @@ def _spanning_filter(excluded: frozenset[str], cursor: Mapping[str, Any]) -> dic
 
     After an ``_id`` of bracket *B* it keeps the brackets from *B* on and, by
     ``$not: {$lte: after}``, drops what sorts at or before ``after`` inside *B*
-    (values of other brackets are never ``<=`` it, and NaN is ``<=`` NaN).
+    (values of other brackets are never ``<=`` it). NaN, which sorts first
+    among numbers but is ``<=`` no other number, is dropped by name after a
+    number (NaN is ``<=`` NaN; the server holds every NaN equal).
     """
     if "after" not in cursor:
         return {"_id": {"$type": _types_from(0, excluded)}} if excluded else {}
     after = cursor["after"]
-    types = _types_from(_BRACKET_INDEX[bracket_of(after)], excluded)
+    bracket = bracket_of(after)
+    types = _types_from(_BRACKET_INDEX[bracket], excluded)
     if not types:
         return {"_id": {"$in": []}}
-    return {"_id": {"$type": types, "$not": {"$lte": after}}}
+    condition: dict[str, Any] = {"$type": types, "$not": {"$lte": after}}
+    if bracket == "number" and not _is_nan(after):
+        condition["$nin"] = [_NAN]
+    return {"_id": condition}
 
 
 def _scope_parts(scope: Mapping[str, Any], cursor: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import random
 import threading
 import time
+import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from bson import Int64, ObjectId
+from bson.binary import Binary, UuidRepresentation
 from pymongo.database import Database
 
-from migronaut_core import Migronaut
+from migronaut_core import BackgroundFailedError, Migronaut
 from tests.integration.background_support import SPLIT_NAME, make_kit, seed_users, write_background
 
 
@@ -68,3 +73,217 @@ def test_twenty_thousand_documents_with_four_lanes(
     assert_all_split(db, 20_000)
     rows = {row.name: row for row in kit.status()}
     assert rows[SPLIT_NAME].kind == "background"
+
+
+def test_application_writes_during_the_run_are_never_lost(
+    mongo_uri: str, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    count = 5_000
+    db.users.insert_many(
+        [{"_id": i, "name": f"First{i} Last{i}", "_v": 1, "rev": 0, "n": i} for i in range(count)]
+    )
+    db.users.create_index([("_v", 1), ("_id", 1)])
+    write_background(migrations, batch_size=200, extra='"revision_field": "rev",')
+    latest: dict[int, str] = {}
+    stop = threading.Event()
+    crashed: list[BaseException] = []
+
+    def application() -> None:
+        try:
+            write_like_an_application()
+        except BaseException as exc:
+            crashed.append(exc)
+
+    def write_like_an_application() -> None:
+        rng = random.Random(7)
+        writes = 0
+        while not stop.is_set() or writes < 300:
+            doc_id = rng.randrange(count)
+            first = f"App{writes}"
+            doc = db.users.find_one({"_id": doc_id})
+            assert doc is not None
+            if doc["_v"] == 1:
+                update = {"$set": {"name": f"{first} Surname{doc_id}"}, "$inc": {"rev": 1}}
+            else:
+                update = {"$set": {"first": first, "last": f"Surname{doc_id}"}, "$inc": {"rev": 1}}
+            # The application's own optimistic check: its write applies to what it read.
+            result = db.users.update_one({"_id": doc_id, "rev": doc["rev"]}, update)
+            if result.modified_count == 1:
+                latest[doc_id] = first
+                writes += 1
+
+    with make_kit(mongo_uri, db, migrations) as kit:
+        kit.up()
+        writer = threading.Thread(target=application)
+        writer.start()
+        try:
+            view = kit.run_background(SPLIT_NAME, concurrency=3)
+        finally:
+            stop.set()
+            writer.join()
+        # Whatever the application wrote after the last pass is old-shape again only if it
+        # wrote `name`; a final run settles those.
+        view = kit.run_background(SPLIT_NAME, concurrency=1)
+    assert crashed == []
+    assert view["status"] == "completed"
+    assert db.users.count_documents({"_v": 2}) == count
+    assert len(latest) > 100
+    for doc_id, first in latest.items():
+        doc = db.users.find_one({"_id": doc_id})
+        assert doc is not None
+        assert doc["first"] == first, doc_id
+        assert doc["last"] == f"Surname{doc_id}"
+        assert "name" not in doc
+
+
+def test_old_shape_documents_written_during_the_run_are_taken_by_a_later_pass(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    seed_users(db, 3_000)
+    write_background(migrations, batch_size=100, max_parallel=2)
+    kit.up()
+    inserted = threading.Event()
+
+    def late_writer(event: str, payload: dict[str, Any]) -> None:
+        if not inserted.is_set():
+            inserted.set()
+            seed_users(db, 500, start=-1_000)  # below every cursor: missed this pass
+
+    kit.on("background:batch", late_writer)
+    view = kit.run_background(SPLIT_NAME, concurrency=2)
+    assert inserted.is_set()
+    assert view["status"] == "completed"
+    assert view["pass"] >= 2
+    assert view["totals"]["migrated"] == 3_500
+    assert_all_split(db, 3_500)
+
+
+def test_transform_errors_within_the_budget_are_reported_without_values(
+    mongo_uri: str, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    seed_users(db, 1_000)
+    write_background(
+        migrations,
+        body="""
+        background = {"collection": "users", "from": 1, "to": 2, "batch_size": 100,
+                      "max_document_errors": 5}
+
+        def migrate(doc, ctx):
+            if doc["n"] % 250 == 7:
+                raise ValueError("secret " + doc["name"])
+            doc["first"], _, doc["last"] = doc.pop("name").partition(" ")
+            return doc
+        """,
+    )
+    logs: list[str] = []
+    with make_kit(mongo_uri, db, migrations) as kit:
+        kit.up()
+        kit.on("*", lambda event, payload: logs.append(repr(payload)))
+        view = kit.run_background(SPLIT_NAME, concurrency=2)
+    assert view["status"] == "completed"
+    assert view["failed_documents"] == 4
+    assert view["totals"]["migrated"] == 996
+    samples = view["failed_document_samples"]
+    assert sorted(sample["id"] for sample in samples) == [7, 257, 507, 757]
+    assert {sample["reason"] for sample in samples} == {"transform"}
+    assert {sample["error"] for sample in samples} == {"ValueError"}
+    assert not any("secret" in line or "First7" in line for line in logs)
+    assert db.users.count_documents({"_v": 1}) == 4
+
+
+def test_transform_errors_over_the_budget_fail_the_migration(
+    mongo_uri: str, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    seed_users(db, 500)
+    write_background(
+        migrations,
+        body="""
+        background = {"collection": "users", "from": 1, "to": 2, "batch_size": 50,
+                      "max_document_errors": 2}
+
+        def migrate(doc, ctx):
+            if doc["n"] % 10 == 0:
+                raise KeyError(doc["name"])
+            return {**doc, "ok": True}
+        """,
+    )
+    with make_kit(mongo_uri, db, migrations) as kit:
+        kit.up()
+        with pytest.raises(BackgroundFailedError) as raised:
+            kit.run_background(SPLIT_NAME, concurrency=2)
+        assert "max_document_errors (2)" in raised.value.message
+        assert "First" not in raised.value.message
+        assert kit.background_status(SPLIT_NAME)["status"] == "failed"
+
+
+def test_mixed_id_types_are_all_migrated(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    ids: list[Any] = [ObjectId() for _ in range(800)]
+    ids += list(range(300)) + [Int64(10**12 + i) for i in range(50)] + [0.5 + i for i in range(50)]
+    ids += [f"user-{i:04d}" for i in range(300)]
+    ids += [Binary.from_uuid(uuid.uuid4(), UuidRepresentation.STANDARD) for _ in range(100)]
+    ids += [datetime(2020, 1, 1, tzinfo=UTC).replace(second=i) for i in range(3)]
+    ids += [{"tenant": 1, "seq": i} for i in range(3)]
+    random.Random(3).shuffle(ids)
+    db.users.insert_many(
+        [
+            {"_id": value, "name": f"First{n} Last{n}", "_v": 1, "n": n}
+            for n, value in enumerate(ids)
+        ]
+    )
+    write_background(migrations, batch_size=64, max_parallel=4)
+    kit.up()
+    view = kit.run_background(SPLIT_NAME, concurrency=4)
+    assert view["status"] == "completed"
+    assert view["totals"]["migrated"] == len(ids)
+    assert_all_split(db, len(ids))
+
+
+def test_migrate_batch_with_the_wrong_length_fails_the_slice(
+    mongo_uri: str, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    seed_users(db, 100)
+    write_background(
+        migrations,
+        body="""
+        background = {"collection": "users", "from": 1, "to": 2, "batch_size": 10,
+                      "max_slice_failures": 2}
+
+        def migrate_batch(docs, ctx):
+            return docs[:-1]
+        """,
+    )
+    with make_kit(mongo_uri, db, migrations) as kit:
+        kit.up()
+        with pytest.raises(BackgroundFailedError) as raised:
+            kit.run_background(SPLIT_NAME)
+        assert "partition(s) failed" in raised.value.message
+        assert "returned 9 result(s) for 10" in raised.value.message
+    assert db.users.count_documents({"_v": 2}) == 0
+
+
+def test_a_duplicate_key_is_a_document_error(
+    mongo_uri: str, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    db.users.create_index("email", unique=True, sparse=True)
+    db.users.insert_many([{"_id": i, "_v": 1, "n": i, "secret": f"s{i}"} for i in range(20)])
+    write_background(
+        migrations,
+        body="""
+        background = {"collection": "users", "from": 1, "to": 2, "max_document_errors": 5}
+
+        def migrate(doc, ctx):
+            doc["email"] = "same@example.com" if doc["n"] in (3, 4) else f"u{doc['n']}@example.com"
+            return doc
+        """,
+    )
+    with make_kit(mongo_uri, db, migrations) as kit:
+        kit.up()
+        view = kit.run_background(SPLIT_NAME)
+    assert view["status"] == "completed"
+    assert view["failed_documents"] == 1
+    sample = view["failed_document_samples"][0]
+    assert sample["reason"] == "write"
+    assert sample["error"] == "duplicate key on index email_1 (code 11000)"
+    assert "same@example.com" not in repr(view)
