@@ -18,14 +18,22 @@ BackgroundFailedError's code when it failed; RunAbortedError's code after Ctrl-C
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
+import signal
 import sys
-from collections.abc import Callable, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from types import FrameType
 from typing import Any
 
+from migronaut_core.background.cancel import CancelToken
+from migronaut_core.background.control import ControlResult
 from migronaut_core.config import load_config
-from migronaut_core.errors import MigronautError
+from migronaut_core.errors import MigronautError, NotAppliedError, RunAbortedError
 from migronaut_core.kit import Migronaut
 from migronaut_core.runner import RunResult, StatusRow
 
@@ -91,11 +99,55 @@ def _add_run_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--json", action="store_true", help="print JSON")
 
 
+def _add_background_commands(actions: Any) -> None:
+    """Add ``migronaut background ACTION``; each sets ``handler`` to its function."""
+
+    def action(
+        name: str, handler: Handler, help_text: str, *, named: bool = True
+    ) -> argparse.ArgumentParser:
+        command: argparse.ArgumentParser = actions.add_parser(name, help=help_text)
+        if named:
+            command.add_argument("name", metavar="NAME", help="the background migration")
+        command.add_argument("--json", action="store_true", help="print JSON")
+        command.set_defaults(handler=handler)
+        return command
+
+    status = action("status", _bg_status, "status of one background migration or all", named=False)
+    status.add_argument("name", metavar="NAME", nargs="?", help="one background migration")
+    action("partitions", _bg_partitions, "partitions of the current pass")
+    action("history", _bg_history, "control history: who did what, when and why")
+    action("runnable", _bg_runnable, "background migrations with work to do", named=False)
+
+    run = action("run", _bg_run, "drive one from this process until it stops")
+    run.add_argument("--concurrency", type=int, default=1, metavar="N", help="lanes (default 1)")
+    run.add_argument("--slice-ms", type=int, metavar="MS", help="time per lane slice")
+    run.add_argument("--once", action="store_true", help="one coordinator round, then stop")
+
+    for name, help_text in (
+        ("pause", "pause; lanes stop before their next batch"),
+        ("resume", "resume a paused one"),
+        ("cancel", "cancel; lanes stop before their next batch"),
+        ("retry", "retry a failed or cancelled one (reopen a completed one)"),
+        ("repin", "pin the file on disk as its version"),
+        ("unlock", "clear the coordinator lock and every lease of a stuck one"),
+    ):
+        control = action(name, _bg_unlock if name == "unlock" else _bg_control, help_text)
+        control.add_argument("--reason", help="why; recorded in its history")
+        control.add_argument("--requested-by", help="who asks (default: OS user)")
+        if name in ("pause", "cancel"):
+            control.add_argument("--wait", action="store_true", help="until lanes have stopped")
+        if name == "retry":
+            control.add_argument("--from-start", action="store_true", help="drop all progress")
+            control.add_argument("--repin", action="store_true", help="repin the file first")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the exit status."""
     args = build_parser().parse_args(argv)
     if args.verbose:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    else:
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     try:
         return _dispatch(args)
     except MigronautError as exc:
@@ -109,6 +161,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         config_file=args.config,
     )
     with Migronaut(config) as kit:
+        if args.command == "background":
+            handler: Handler = args.handler
+            return handler(kit, args)
         if args.command == "up":
             result = kit.up(
                 to=args.to,
@@ -174,6 +229,302 @@ def _print_status(rows: list[StatusRow], *, as_json: bool) -> None:
         kind = row.kind or "?"
         extra = f"  [{'; '.join(flags)}]" if flags else ""
         print(f"{row.status:<8} {row.name}  {kind:<10} {when}{extra}")
+
+
+# -- background ---------------------------------------------------------------------------
+
+
+def _bg_view(kit: Migronaut, name: str) -> dict[str, Any]:
+    view: dict[str, Any] | None = kit.background_status(name)
+    if view is None:
+        raise NotAppliedError(
+            f"background migration {name} is not registered; run `migronaut up` first",
+            {"migration": name},
+        )
+    return view
+
+
+def _bg_status(kit: Migronaut, args: argparse.Namespace) -> int:
+    views = [_bg_view(kit, args.name)] if args.name else kit.background_status()
+    if args.json:
+        _emit(views[0] if args.name else views)
+    else:
+        _print_views(views)
+    return 0
+
+
+def _bg_partitions(kit: Migronaut, args: argparse.Namespace) -> int:
+    rows = kit.background_partitions(args.name)
+    if args.json:
+        _emit(rows)
+        return 0
+    print(f"{'#':>3} {'STATUS':<10} {'MIGRATED':>9} {'SKIPPED':>8} {'FAILED':>7}  LEASE")
+    for row in rows:
+        counters, lease = row.get("counters") or {}, row.get("lease") or {}
+        print(
+            f"{row.get('index', '-'):>3} {row.get('status') or '-':<10} "
+            f"{counters.get('migrated', 0):>9} {counters.get('skipped', 0):>8} "
+            f"{row.get('failed_documents', 0):>7}  {lease.get('owner') or '-'}"
+        )
+    return 0
+
+
+def _bg_history(kit: Migronaut, args: argparse.Namespace) -> int:
+    entries = kit.background_history(args.name)
+    if args.json:
+        _emit(entries)
+        return 0
+    for entry in entries:
+        moved = f"{entry.get('from') or '-'} -> {entry['to']}" if entry.get("to") else ""
+        who = f"by {entry['by']}" if entry.get("by") else ""
+        why = f"({entry['reason']})" if entry.get("reason") else ""
+        line = " ".join(part for part in (moved, who, why) if part)
+        print(f"{entry.get('at') or '-'}  {entry.get('action', '?'):<8} {line}")
+    return 0
+
+
+def _bg_runnable(kit: Migronaut, args: argparse.Namespace) -> int:
+    rows = kit.runnable_background()
+    if args.json:
+        _emit(rows)
+        return 0
+    if not rows:
+        print("nothing to run")
+    for row in rows:
+        print(f"{row['status']:<8} {row['migration']}")
+    return 0
+
+
+def _bg_run(kit: Migronaut, args: argparse.Namespace) -> int:
+    token = CancelToken()
+    progress = _RunProgress(args.name, _bg_view(kit, args.name))
+    unsubscribe = [kit.on(event, progress) for event in _RunProgress.EVENTS]
+    try:
+        with progress, _cancel_on_interrupt(token, args.name):
+            view = kit.run_background(
+                args.name,
+                concurrency=args.concurrency,
+                slice_ms=args.slice_ms,
+                until_done=not args.once,
+                cancel=token,
+            )
+    except KeyboardInterrupt:  # a second Ctrl-C: do not wait for the lanes
+        token.cancel("aborted")
+        raise RunAbortedError(
+            f"driving {args.name} was aborted; it resumes from its checkpoints once the "
+            "leases of its lanes expire",
+            {"migration": args.name},
+        ) from None
+    finally:
+        for stop in unsubscribe:
+            stop()
+    if args.json:
+        _emit(view)
+    else:
+        _print_views([view])
+    return _run_exit(view, once=args.once)
+
+
+def _run_exit(view: dict[str, Any], *, once: bool) -> int:
+    status = view.get("status")
+    if status == "completed" or (once and status in ("pending", "running")):
+        return 0
+    print(f"{view.get('name')} is {status}: not completed", file=sys.stderr)
+    return NOT_COMPLETED_EXIT
+
+
+def _bg_control(kit: Migronaut, args: argparse.Namespace) -> int:
+    action, name = args.background_command, args.name
+    before = _bg_view(kit, name).get("status")
+    who = {"requested_by": args.requested_by, "reason": args.reason}
+    result = _apply_control(kit, args, who)
+    if args.json:
+        _emit({"name": name, "action": action, "previous": before, **result.to_dict()})
+    else:
+        print(_control_line(name, action, before, result))
+    return 0
+
+
+def _bg_unlock(kit: Migronaut, args: argparse.Namespace) -> int:
+    cleared = kit.unlock_background(args.name, requested_by=args.requested_by, reason=args.reason)
+    if args.json:
+        _emit({"name": args.name, "action": "unlock", **cleared})
+    else:
+        lock = "cleared" if cleared["lock"] else "not held"
+        print(
+            f"{args.name}: unlocked (coordinator lock {lock}, {cleared['leases']} lease(s) dropped)"
+        )
+    return 0
+
+
+def _apply_control(
+    kit: Migronaut, args: argparse.Namespace, who: dict[str, str | None]
+) -> ControlResult:
+    name = args.name
+    if args.background_command == "pause":
+        return kit.pause_background(name, wait=args.wait, **who)
+    if args.background_command == "cancel":
+        return kit.cancel_background(name, wait=args.wait, **who)
+    if args.background_command == "resume":
+        return kit.resume_background(name, **who)
+    if args.background_command == "retry":
+        return kit.retry_background(name, from_start=args.from_start, repin=args.repin, **who)
+    return kit.repin_background(name, **who)
+
+
+_DONE = {
+    "pause": "paused",
+    "resume": "resumed",
+    "cancel": "cancelled",
+    "retry": "retried",
+    "repin": "repinned",
+}
+
+
+def _control_line(name: str, action: str, before: Any, result: ControlResult) -> str:
+    if result.applied == "unchanged":
+        return f"{name}: unchanged (already {result.status})"
+    moved = result.status if before == result.status else f"{before} -> {result.status}"
+    line = f"{name}: {_DONE[action]} ({moved})"
+    if result.replan is not None:
+        line += "; replans its partitions" if result.replan else "; keeps its partitions"
+    if result.stopped is not None:
+        line += "; lanes stopped" if result.stopped else "; lanes still running (timed out)"
+    return line
+
+
+def _print_views(views: list[dict[str, Any]]) -> None:
+    if not views:
+        print("no background migrations")
+        return
+    width = max(len("NAME"), *(len(str(view.get("name"))) for view in views))
+    print(
+        f"{'NAME':<{width}}  {'STATUS':<9} {'PHASE':<9} {'PASS':>4} {'PROGRESS':>8} "
+        f"{'MIGRATED':>9} {'FAILED':>7}  LAST ERROR"
+    )
+    for view in views:
+        percent = (view.get("progress") or {}).get("percent")
+        print(
+            f"{view.get('name'):<{width}}  {view.get('status') or '-':<9} "
+            f"{view.get('phase') or '-':<9} {view.get('pass', 0):>4} "
+            f"{'-' if percent is None else f'{percent:.1f}%':>8} "
+            f"{(view.get('totals') or {}).get('migrated', 0):>9} "
+            f"{view.get('failed_documents', 0):>7}  {view.get('last_error') or ''}"
+        )
+
+
+@contextlib.contextmanager
+def _cancel_on_interrupt(token: CancelToken, name: str) -> Iterator[None]:
+    """Turn a first Ctrl-C into ``token.cancel()``; a second one raises KeyboardInterrupt."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupted(signum: int, frame: FrameType | None) -> None:
+        if token.cancelled:
+            raise KeyboardInterrupt
+        token.cancel("interrupted")
+        # os.write, not print: a signal handler must not re-enter buffered stderr.
+        os.write(
+            sys.stderr.fileno(),
+            f"\ninterrupted: {name}'s lanes stop at their next batch "
+            "(Ctrl-C again to abort at once)\n".encode(),
+        )
+
+    previous = signal.signal(signal.SIGINT, interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+class _RunProgress:
+    """Progress of ``background run`` on stderr, fed by engine events from any thread.
+
+    A live ``rich`` bar when stderr is a terminal and ``rich`` is installed; plain
+    lines every :data:`PLAIN_PROGRESS_SECONDS` otherwise.
+    """
+
+    EVENTS = ("background:partitioned", "background:batch")
+
+    def __init__(self, name: str, view: dict[str, Any]) -> None:
+        shown = view.get("progress") or {}
+        self.name = name
+        self.estimate = int(shown.get("estimate") or 0)
+        self.done = int(shown.get("done") or 0)
+        self.migrated = 0
+        self._lock = threading.Lock()
+        self._printed_at = time.monotonic()
+        self._moved = False  # any event seen: worth a last plain line
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> _RunProgress:
+        self._bar = _rich_progress() if sys.stderr.isatty() else None
+        if self._bar is not None:
+            self._bar.start()
+            self._task = self._bar.add_task(self.name, total=self.estimate or None)
+            self._bar.update(self._task, completed=self.done)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+        elif self._moved:
+            self._print_line()
+
+    def __call__(self, event: str, payload: dict[str, Any]) -> None:
+        if payload.get("migration") != self.name:
+            return
+        with self._lock:
+            self._moved = True
+            if event == "background:partitioned":
+                self.estimate, self.done = int(payload.get("estimate") or 0), 0
+            else:
+                counters = payload.get("counters") or {}
+                self.migrated += int(counters.get("migrated", 0))
+                self.done += int(counters.get("migrated", 0)) + int(counters.get("skipped", 0))
+            self._show(force=event == "background:partitioned")
+
+    def _show(self, *, force: bool) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, total=self.estimate or None, completed=self.done)
+        elif force or time.monotonic() - self._printed_at >= PLAIN_PROGRESS_SECONDS:
+            self._print_line()
+
+    def _print_line(self) -> None:
+        self._printed_at = time.monotonic()
+        percent = f" ({min(100.0, 100 * self.done / self.estimate):.1f}%)" if self.estimate else ""
+        print(
+            f"{self.name}: {self.done}/{self.estimate or '?'} documents{percent}, "
+            f"{self.migrated} migrated by this run",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _rich_progress() -> Any:
+    """A rich progress bar on stderr, or None without ``rich`` (an optional dependency)."""
+    try:
+        from rich.console import Console  # noqa: PLC0415 - optional, so imported late
+        from rich.progress import (  # noqa: PLC0415
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TaskProgressColumn,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+    except ImportError:
+        return None
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TaskProgressColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+    )
 
 
 def _print_error(exc: MigronautError, *, as_json: bool) -> None:

@@ -115,7 +115,7 @@ class NotAppliedError(MigronautError):
 
 class IrreversibleMigrationError(MigronautError):
     code = "IRREVERSIBLE_MIGRATION"
-    exit_code = 5
+    exit_code = 13
 
 
 class MigrationFailedError(MigronautError):
@@ -146,6 +146,7 @@ class LockLostError(LockError):
     """The lock or lease expired or was taken over while we held it."""
 
     code = "LOCK_LOST"
+    exit_code = 17
 
 
 #: The style guide's name for a lost partition lease.
@@ -184,12 +185,14 @@ class BackgroundPendingError(BackgroundError):
     """A migration requires background migrations that have not completed."""
 
     code = "BACKGROUND_PENDING"
+    exit_code = 14
 
 
 class BackgroundConflictError(BackgroundError):
     """An action does not fit the background migration's current state."""
 
     code = "BACKGROUND_CONFLICT"
+    exit_code = 15
 
 
 class BackgroundFailedError(BackgroundError):
@@ -200,6 +203,7 @@ class BatchFailed(BackgroundError):  # noqa: N818 - the name the design uses
     """One slice of a lane failed; running it again may succeed."""
 
     code = "BATCH_FAILED"
+    exit_code = 16
     retryable = True
 
 

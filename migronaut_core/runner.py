@@ -414,7 +414,9 @@ class MigrationRunner:
 
     def _must_wait(self, migration: LoadedMigration, run: _Run) -> bool:
         """The ``requires`` guard: True to stop cleanly here; raises when asked to."""
-        waiting = self.background.waiting_for(migration.requires) if migration.requires else []
+        if migration.kind != "regular" or not migration.requires:
+            return False  # a background migration registers as blocked instead
+        waiting = self.background.waiting_for(migration.requires)
         if not waiting:
             return False
         if run.options.on_background_pending == "stop":

@@ -23,7 +23,7 @@ import pendulum
 
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.engine import Direction, Job
-from migronaut_core.background.partition import IdRangePartitioner, PartitionSettings
+from migronaut_core.background.partition import IdRangePartitioner
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.scrub import error_text
 from migronaut_core.background.spec import (
@@ -280,17 +280,12 @@ def plan_pass(
 ) -> Answer | tuple[dict[str, Any], bool]:
     """Split what still matches into partitions and commit them under a fresh plan token."""
     spec = job.spec
-    settings = PartitionSettings(
-        max_partitions=spec.partitions.max_partitions,
-        sample_size=spec.partitions.sample_size,
-        sample_timeout_ms=spec.partitions.sample_timeout_ms,
-    )
     plan = job.partitioner.plan(
         rt.db[job.collection],
         match=job.match,
         hint=job.hint,
         max_parallel=spec.max_parallel,
-        settings=settings,
+        settings=spec.partitions,
     )
     pass_number = int(state.get("pass", 0)) + (1 if new_pass else 0)
     expected: dict[str, Any] = {"status": {"$in": ["pending", "running"]}}

@@ -43,6 +43,7 @@ from migronaut_core.versioning import (
     occ_filter,
     revision_of,
     stamped_diff,
+    version_filter,
     version_of,
 )
 
@@ -441,6 +442,8 @@ def plain_batch(
         ctx.partition["scope"], cursor, limit=batch_size, match=job.match, hint=job.hint
     )
     docs = find(collection, query)
+    if docs:
+        ctx.store.record_intent(ctx.lease, [doc["_id"] for doc in docs])
     transform_ctx = TransformContext(
         migration=job.name,
         direction=job.direction,
@@ -478,6 +481,8 @@ def process_partition(job: Job, ctx: PartitionContext, store: BackgroundStore) -
     counters: dict[str, int] = {}
     cursor: dict[str, Any] = dict(ctx.partition.get("cursor") or {})
     plan_token = ctx.partition["plan"]
+    if ctx.partition.get("inflight"):
+        _settle_dead_lane_batch(job, ctx)
     batches = 0
     while True:
         if job.cancel.cancelled:
@@ -505,6 +510,22 @@ def process_partition(job: Job, ctx: PartitionContext, store: BackgroundStore) -
         if next_cursor is None:
             return PartitionResult("exhausted", counters)
         cursor = next_cursor
+
+
+def _settle_dead_lane_batch(job: Job, ctx: PartitionContext) -> None:
+    """Count the documents a lane that died mid-batch rewrote before its checkpoint.
+
+    Its cursor did not move, so the rest of that batch is read again now; the ones
+    already at the target version would be skipped by the version filter and never
+    counted without this.
+    """
+    ids = list((ctx.partition.get("inflight") or {}).get("ids") or [])
+    rewritten = 0
+    if ids:
+        version = version_filter(job.spec.field, job.target)
+        rewritten = ctx.db[job.collection].count_documents({"_id": {"$in": ids}, **version})
+    ctx.store.settle_inflight(ctx.lease, migrated=rewritten)
+    job.log.info("%s: settled a batch left by a dead lane (%d rewritten)", job.name, rewritten)
 
 
 def _over_error_budget(job: Job, store: BackgroundStore) -> BackgroundFailedError | None:

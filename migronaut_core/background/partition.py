@@ -15,12 +15,13 @@ worked by one lane at a time. The :class:`IdRangePartitioner` makes three kinds:
 
 Coverage guarantee. The ranges of a split bracket are exact complements of
 each other (see :mod:`~migronaut_core.background.brackets`) and every BSON
-type belongs to exactly one bracket, so a sampled plan — the ranges plus the
-catch-all ``rest`` — reaches every document exactly once, whatever the sample
-missed. Scopes that span brackets (``all``, ``rest``) resume *after* the last
-``_id`` read in the server's total order, not with ``$gt`` (which the server
-applies within one type bracket only), and name their brackets with a positive
-``$type`` list, which the server turns into tight index bounds.
+type an ``_id`` can have (any but array) belongs to exactly one bracket, so a
+sampled plan — the ranges plus the catch-all ``rest`` — reaches every document
+exactly once, whatever the sample missed. Scopes that span brackets (``all``,
+``rest``) resume *after* the last ``_id`` read in the server's total order,
+not with ``$gt`` (which the server applies within one type bracket only), and
+name their brackets with a positive ``$type`` list, which the server turns
+into tight index bounds (a ``$not: {$type}`` would scan every key).
 
 A lane's cursor is ``{}`` at the start and ``{"after": <last _id read>}``
 later. ``_id`` values live in scopes and cursors only, never in messages or
@@ -49,6 +50,7 @@ from migronaut_core.background.brackets import (
     range_filter,
     ranges_from_split_points,
 )
+from migronaut_core.background.spec import PartitionSettings
 from migronaut_core.errors import ConfigInvalidError
 
 if TYPE_CHECKING:
@@ -100,27 +102,6 @@ Scope = dict[str, Any]
 def _check_positive(value: Any, key: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigInvalidError(f"{key} must be an integer >= 1", {"key": key})
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionSettings:
-    """How finely a pass may be split (the spec's ``partitions`` mapping).
-
-    :param max_partitions: most ``_id`` ranges per plan (a catch-all for the
-        brackets left whole comes on top).
-    :param sample_size: how many matching ``_id``s ``$sample`` draws.
-    :param sample_timeout_ms: time budget of the count and of the sample.
-    :raises ConfigInvalidError: unless every value is an integer >= 1.
-    """
-
-    max_partitions: int
-    sample_size: int
-    sample_timeout_ms: int
-
-    def __post_init__(self) -> None:
-        _check_positive(self.max_partitions, "max_partitions")
-        _check_positive(self.sample_size, "sample_size")
-        _check_positive(self.sample_timeout_ms, "sample_timeout_ms")
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,11 +202,15 @@ def _is_nan(value: Any) -> bool:
 
 
 def _types_from(start: int, excluded: frozenset[str]) -> list[str]:
-    """Return the ``$type`` names of the brackets from index ``start`` on, less ``excluded``."""
+    """Return the ``$type`` names of the brackets from index ``start`` on, less ``excluded``.
+
+    ``array`` is left out: no ``_id`` is an array (the server refuses one), and
+    naming it would widen the index bounds to every key.
+    """
     return [
         alias
         for bracket in BRACKETS[start:]
-        if bracket.name not in excluded
+        if bracket.name not in excluded and bracket.name != "array"
         for alias in bracket.types
     ]
 
@@ -420,6 +405,12 @@ class _Count:
     at_least: bool
     degraded: str | None
 
+    def budget(self, max_partitions: int) -> int:
+        """Return the ranges worth planning; a capped count is worth them all."""
+        if self.at_least:
+            return max_partitions
+        return partition_budget(self.estimate, max_partitions)
+
 
 def _timed_out(exc: OperationFailure) -> bool:
     return isinstance(exc, ExecutionTimeout) or exc.code in _TIMEOUT_CODES
@@ -452,12 +443,13 @@ class IdRangePartitioner:
     ) -> Plan:
         """Split the documents ``match`` selects into partitions for one pass.
 
-        Counts them (at most ``count_cap``), then for more than a couple of
-        :data:`MIN_PARTITION_DOCS` (or a capped count) and ``max_parallel > 1``
-        samples their ``_id``s and cuts ranges (:func:`scopes_from_sample`). A count or a
-        sample that runs out of ``settings.sample_timeout_ms`` makes the plan
-        coarser and says so in ``degraded``; it never fails the plan. Whatever
-        the method, the partitions reach every matching document exactly once.
+        Counts them (at most ``count_cap``); for more than a couple of
+        :data:`MIN_PARTITION_DOCS` (or a capped count) and ``max_parallel > 1``,
+        samples their ``_id``s and cuts ranges (:func:`scopes_from_sample`).
+        A count or a sample that runs out of ``settings.sample_timeout_ms``
+        makes the plan coarser and says so in ``degraded``; it never fails the
+        plan. Whatever the method, the partitions reach every matching
+        document exactly once.
 
         :param hint: the version index, used by the count and the sample.
         :param shard_concurrency: ignored (shard-aware partitioners use it).
@@ -467,11 +459,7 @@ class IdRangePartitioner:
         counted = self._count(collection, match, hint, count_cap, settings.sample_timeout_ms)
         if counted.estimate == 0 and counted.degraded is None:
             return Plan("empty", 0, at_least=False, partitions=[], degraded=None)
-        budget = (
-            settings.max_partitions
-            if counted.at_least
-            else partition_budget(counted.estimate, settings.max_partitions)
-        )
+        budget = counted.budget(settings.max_partitions)
         if max_parallel <= 1 or budget <= 1:
             return self._single(collection, counted, counted.degraded)
         try:
@@ -485,9 +473,9 @@ class IdRangePartitioner:
                 settings.sample_timeout_ms,
             )
             return self._single(collection, counted, "sample-timeout")
-        if not rows:
-            return self._single(collection, counted, counted.degraded)
         scopes = scopes_from_sample(rows, max_partitions=budget)
+        if len(scopes) == 1:  # nothing (left) to split
+            return self._single(collection, counted, counted.degraded)
         return self._planned("sample", collection, counted, scopes, counted.degraded)
 
     def _count(

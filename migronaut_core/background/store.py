@@ -525,11 +525,37 @@ class BackgroundStore:
             }
         if throttle is not None:
             update["$set"]["throttle"] = dict(throttle)
+        update["$unset"] = {"inflight": ""}
         if done:
             update["$set"]["status"] = "done"
-            update["$unset"] = {"lease": ""}
+            update["$unset"]["lease"] = ""
             del update["$currentDate"]
         result = self.partitions.update_one(self._fenced(lease), update, session=session)
+        if result.matched_count != 1:
+            raise _lost(lease)
+
+    def record_intent(self, lease: Lease, ids: Sequence[Any]) -> None:
+        """Note the ids a batch is about to write, before it writes them.
+
+        If the lane dies between its writes and its checkpoint, the next holder of
+        the partition counts which of them were rewritten (:meth:`settle_inflight`),
+        so the totals stay exact across ``kill -9``.
+
+        :raises LeaseLost: the lease is not ours any more; nothing was written.
+        """
+        result = self.partitions.update_one(
+            self._fenced(lease),
+            {"$set": {"inflight": {"ids": list(ids)}}, "$currentDate": {"lease.renewed_at": True}},
+        )
+        if result.matched_count != 1:
+            raise _lost(lease)
+
+    def settle_inflight(self, lease: Lease, *, migrated: int) -> None:
+        """Count what a dead lane's last batch rewrote, and forget that batch."""
+        update: Document = {"$unset": {"inflight": ""}}
+        if migrated:
+            update["$inc"] = {"counters.migrated": migrated, "counters.scanned": migrated}
+        result = self.partitions.update_one(self._fenced(lease), update)
         if result.matched_count != 1:
             raise _lost(lease)
 

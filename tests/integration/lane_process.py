@@ -2,18 +2,42 @@
 
 Usage: python -m tests.integration.lane_process URI DB MIGRATIONS NAME CONCURRENCY TTL
 Exit 0 when it ends completed, 3 when paused/cancelled/blocked, 4 when it failed.
+
+With MIGRONAUT_TEST_DIE_AT_CHECKPOINT=N the process SIGKILLs itself just before
+its Nth checkpoint: after that batch's writes reached MongoDB, before its
+progress was recorded (the worst moment for a crash).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
+from typing import Any
 
 from migronaut_core import BackgroundFailedError, Migronaut
+from migronaut_core.background.store import BackgroundStore
+
+
+def die_at_checkpoint(number: int) -> None:
+    original = BackgroundStore.checkpoint
+    calls = 0
+
+    def checkpoint(self: BackgroundStore, *args: Any, **kwargs: Any) -> None:
+        nonlocal calls
+        calls += 1
+        if calls >= number:
+            os.kill(os.getpid(), signal.SIGKILL)
+        original(self, *args, **kwargs)
+
+    BackgroundStore.checkpoint = checkpoint  # type: ignore[method-assign]
 
 
 def main(argv: list[str]) -> int:
     uri, database, migrations, name, concurrency, ttl = argv
+    if os.environ.get("MIGRONAUT_TEST_DIE_AT_CHECKPOINT"):
+        die_at_checkpoint(int(os.environ["MIGRONAUT_TEST_DIE_AT_CHECKPOINT"]))
     with Migronaut(
         uri=uri, database=database, migrations_dir=migrations, lock_ttl_seconds=float(ttl)
     ) as kit:

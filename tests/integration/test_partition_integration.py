@@ -341,7 +341,7 @@ def test_batches_are_ordered_scans_of_the_version_index(db: Database[Doc], versi
         }
         assert not names & {"SORT", "COLLSCAN"}, (scope["kind"], names)
         # tight index bounds: the scan reads little more than it returns
-        assert explained["executionStats"]["totalKeysExamined"] <= query.limit + 30
+        assert explained["executionStats"]["totalKeysExamined"] <= query.limit + 30, scope["kind"]
     _assert_exactly_once(_scan(items, plan, match=match, hint=VERSION_INDEX), ids)
 
 
