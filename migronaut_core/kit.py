@@ -317,6 +317,21 @@ class Migronaut:
         actor = with_default_user(Actor(requested_by=requested_by, reason=reason))
         return self.background.unlock(name, actor=actor)
 
+    def verify_background(
+        self,
+        *,
+        on_drift: str = "reopen",
+        collections: list[str] | None = None,
+        requested_by: str | None = None,
+        reason: str | None = None,
+    ) -> dict[str, Any]:
+        """Find old-shape documents that reappeared after completion; reopen or report.
+
+        :returns: ``{checked, drifted: [{migration, collection, action}], skipped}``.
+        """
+        actor = Actor(requested_by=requested_by, reason=reason) if requested_by or reason else None
+        return self.background.verify(on_drift=on_drift, collections=collections, actor=actor)
+
     def wait_for_background_lanes(self, name: str, *, timeout_seconds: float = 120.0) -> bool:
         """Wait until no lane holds a lease; False on timeout."""
         return self.background.wait_for_lanes(name, timeout_seconds=timeout_seconds)

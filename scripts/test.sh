@@ -3,7 +3,7 @@
 # Extra arguments go to pytest (e.g. `bash scripts/test.sh -k lock`).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
-ensure_venv "dev"
+ensure_venv "dev,airflow"
 cd "$ROOT"
 
 echo "==> ruff"

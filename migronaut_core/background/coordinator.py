@@ -76,6 +76,8 @@ class Answer:
     retry_after_ms: int = 0
     reason: str | None = None
     generation: int | None = None
+    #: The current plan's token (a process answer): what the lanes of this round work.
+    plan: str | None = None
     counts: dict[str, int] | None = None
     round: int | None = None
     waits_for: list[str] = field(default_factory=list)
@@ -89,6 +91,7 @@ class Answer:
             "retry_after_ms": self.retry_after_ms,
             "reason": self.reason,
             "generation": self.generation,
+            "plan": self.plan,
             "counts": self.counts,
             "round": self.round,
             "waits_for": self.waits_for,
@@ -265,6 +268,7 @@ def _coordinate_pass(
                 status=state["status"],
                 lanes=lanes,
                 generation=state["generation"],
+                plan=state["plan"]["token"],
                 counts=counts.to_dict(),
                 retry_after_ms=POLL_MS,
             )

@@ -19,6 +19,7 @@ from pymongo.database import Database
 
 from migronaut_core import files
 from migronaut_core.background import control as controls
+from migronaut_core.background import drift
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.coordinator import (
     Answer,
@@ -381,6 +382,28 @@ class BackgroundService:
         self._registered(name)
         return controls.unlock(self.runtime, name, actor=actor)
 
+    def verify(
+        self,
+        *,
+        on_drift: str = "reopen",
+        collections: Sequence[str] | None = None,
+        actor: Actor | None = None,
+    ) -> dict[str, Any]:
+        """Probe completed migrations for old-shape documents (see :mod:`.drift`)."""
+        self.ready()
+        return drift.verify(
+            self.runtime,
+            on_drift="report" if on_drift == "report" else _reopen_only(on_drift),
+            collections=collections,
+            actor=actor,
+        )
+
     def wait_for_lanes(self, name: str, *, timeout_seconds: float = 120.0) -> bool:
         self._registered(name)
         return controls.wait_for_lanes(self.runtime, name, timeout_seconds=timeout_seconds)
+
+
+def _reopen_only(on_drift: str) -> drift.OnDrift:
+    if on_drift != "reopen":
+        raise ConfigInvalidError("on_drift must be 'reopen' or 'report'", {"key": "on_drift"})
+    return "reopen"

@@ -66,6 +66,25 @@ def _literal_fields(fields: Mapping[str, Any]) -> Document:
     return {key: {"$literal": value} for key, value in fields.items()}
 
 
+def open_partitions_filter(name: str, *, generation: int, plan: str) -> Document:
+    """The partitions of a plan that still have work (pending or running)."""
+    return {
+        "migration": name,
+        "generation": generation,
+        "plan": plan,
+        "status": {"$in": list(OPEN_STATUSES)},
+    }
+
+
+def live_leases_filter(name: str) -> Document:
+    """Partitions whose lease has not lapsed by the server's clock."""
+    return {"migration": name, "lease": {"$exists": True}, "$expr": {"$not": [_lease_expired()]}}
+
+
+#: What a watcher of lanes (the Airflow trigger) needs of a state document.
+LANES_STATE_PROJECTION: Mapping[str, int] = {"status": 1, "generation": 1, "plan.token": 1}
+
+
 @dataclass(frozen=True, slots=True)
 class Lease:
     """A lane's hold on one partition: the token fences every write it makes."""
@@ -605,9 +624,7 @@ class BackgroundStore:
 
     def live_leases(self, name: str) -> int:
         """Leases not lapsed by the server's clock, over every generation."""
-        return self.partitions.count_documents(
-            {"migration": name, "lease": {"$exists": True}, "$expr": {"$not": [_lease_expired()]}}
-        )
+        return self.partitions.count_documents(live_leases_filter(name))
 
     def partition_counts(self, name: str, *, generation: int, plan: str) -> PartitionCounts:
         rows = self.partitions.aggregate(

@@ -1,0 +1,417 @@
+"""Operators that run migronaut's coordinator steps, lanes and controls as Airflow tasks.
+
+They are a thin skin: each converts its arguments, calls the kit, and turns the
+answer into what Airflow understands — a return value (XCom), a deferral, a skip,
+or a failure. ``MigronautError``s that retrying cannot fix fail the task at once
+(:class:`~airflow.sdk.exceptions.AirflowFailException`); a failed slice raises so
+Airflow's retries apply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from migronaut_airflow.hooks.migronaut import MigronautHook
+from migronaut_airflow.triggers.delay import DelayTrigger
+from migronaut_core import Migronaut, MigronautError
+from migronaut_core.background.coordinator import Answer, Driver
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+#: The prefix of every generated per-migration DAG id.
+DAG_PREFIX = "migronaut_bg__"
+#: Control actions the control DAG accepts.
+CONTROL_ACTIONS = ("pause", "resume", "cancel", "retry", "retry_from_start", "repin", "unlock")
+#: Actions after which the migration's DAG should run again.
+_RESTARTING = frozenset({"resume", "retry", "retry_from_start", "repin"})
+
+
+def dag_id_for(migration: str) -> str:
+    """The id of a background migration's DAG."""
+    return f"{DAG_PREFIX}{migration}"
+
+
+class MigronautOperator(BaseOperator):
+    """Base of migronaut's operators: the connection, the migrations and a kit.
+
+    :param conn_id: a ``mongo`` connection (its schema is the database).
+    :param migrations_dir: the migration files (default ``$MIGRONAUT_MIGRATIONS_DIR``).
+    :param database: overrides the connection's schema.
+    :param migronaut_config: further migronaut config keys (e.g. ``lock_ttl_seconds``).
+    """
+
+    def __init__(
+        self,
+        *,
+        conn_id: str = MigronautHook.default_conn_name,
+        migrations_dir: str | None = None,
+        database: str | None = None,
+        migronaut_config: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.conn_id = conn_id
+        self.migrations_dir = migrations_dir
+        self.database = database
+        self.migronaut_config = dict(migronaut_config or {})
+
+    @cached_property
+    def hook(self) -> MigronautHook:
+        return MigronautHook(
+            self.conn_id,
+            migrations_dir=self.migrations_dir,
+            database=self.database,
+            config=self.migronaut_config,
+        )
+
+    @property
+    def kit(self) -> Migronaut:
+        return self.hook.get_conn()
+
+    def post_execute(self, context: Context, result: Any = None) -> None:
+        self.hook.close()
+
+    def on_kill(self) -> None:
+        self.hook.close()
+
+
+def fail_fast(error: MigronautError) -> Exception:
+    """An error Airflow should retry (retryable) as is; any other fails the task at once."""
+    if error.retryable:
+        return error
+    return AirflowFailException(f"{error.code}: {error.message}")
+
+
+def check_event(event: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """Reject a missing or failed trigger event."""
+    if event is None or event.get("status") != "success":
+        message = (event or {}).get("message", "no event")
+        raise AirflowFailException(f"the trigger failed: {message}")
+    return event
+
+
+class CoordinateBackgroundOperator(MigronautOperator):
+    """Run one coordinator step for a migration, as one round of this DAG run.
+
+    ``process``: returns the slots (one per lane to start: the mapped lanes expand
+    over it) and pushes ``answer``, ``generation``, ``plan`` and ``round`` as XComs.
+    ``wait``/``busy``: defers, then steps again.
+    ``done``/``superseded``: skips what follows (a failed migration fails the task).
+    """
+
+    template_fields: Sequence[str] = ("migration",)
+
+    def __init__(self, *, migration: str, max_wait_seconds: float = 30.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.migration = migration
+        self.max_wait_seconds = max_wait_seconds
+
+    def execute(self, context: Context) -> list[int]:
+        return self._step(context, None)
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
+        round_ = check_event(event).get("round")
+        return self._step(context, int(round_) if round_ is not None else None)
+
+    def _step(self, context: Context, round_: int | None) -> list[int]:
+        try:
+            answer = self.kit.coordinate_background(
+                self.migration,
+                driver=Driver("airflow", ref=context["run_id"], round=round_, rounds=True),
+            )
+        except MigronautError as exc:
+            raise fail_fast(exc) from exc
+        if answer.next in ("done", "superseded"):
+            end_round(self.migration, answer)
+        if answer.next in ("wait", "busy"):
+            self.log.info(
+                "%s: %s (%s); stepping again later", self.migration, answer.next, answer.reason
+            )
+            self.hook.close()
+            self.defer(
+                trigger=DelayTrigger(
+                    seconds=min(answer.retry_after_ms / 1000, self.max_wait_seconds),
+                    payload={"round": answer.round},
+                ),
+                method_name="execute_complete",
+            )
+        ti = context["ti"]
+        ti.xcom_push(key="answer", value=answer.to_dict())
+        ti.xcom_push(key="generation", value=answer.generation)
+        ti.xcom_push(key="plan", value=answer.plan)
+        ti.xcom_push(key="round", value=answer.round)
+        self.log.info(
+            "%s: %d lane(s) to start for generation %s",
+            self.migration,
+            answer.lanes,
+            answer.generation,
+        )
+        return list(range(answer.lanes))
+
+
+def end_round(migration: str, answer: Answer) -> None:
+    """A coordinator said there is nothing to drive: fail on a failed migration, else skip."""
+    if answer.next == "superseded":
+        raise AirflowSkipException(f"{migration}: a newer run drives it (round superseded)")
+    if answer.status == "failed":
+        raise AirflowFailException(f"background migration {migration} failed: {answer.error}")
+    raise AirflowSkipException(f"{migration} is {answer.status}; nothing to drive")
+
+
+class BackgroundLaneOperator(MigronautOperator):
+    """One lane: run slices until the lane has nothing more to do, deferring between them.
+
+    Deferring frees the worker slot between slices; a paused DAG is not scheduled
+    again, so its lanes stop at the next slice boundary. ``exhausted``, ``paused``,
+    ``cancelled``, ``stale`` and ``lost`` end the task successfully; a failed
+    migration fails it without retries; a failed slice raises so retries apply.
+
+    :param max_slices: end the task (successfully) after this many slices even with
+        work left; the next round's lanes take it. None: until nothing is left.
+    """
+
+    template_fields: Sequence[str] = ("migration",)
+    FINISHED = frozenset({"exhausted", "paused", "cancelled", "stale", "lost", "stopped"})
+
+    def __init__(
+        self,
+        *,
+        migration: str,
+        slot: int = 0,
+        slice_ms: int | None = None,
+        pause_between_slices: float = 0.1,
+        max_slices: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.migration = migration
+        self.slot = slot
+        self.slice_ms = slice_ms
+        self.pause_between_slices = pause_between_slices
+        self.max_slices = max_slices
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        return self._run({}, 0)
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
+        checked = check_event(event)
+        return self._run(dict(checked.get("counters") or {}), int(checked.get("slices") or 0))
+
+    def _run(self, counters: dict[str, int], slices: int) -> dict[str, Any]:
+        slices += 1
+        try:
+            result = self.kit.run_background_slice(self.migration, slice_ms=self.slice_ms)
+        except MigronautError as exc:
+            raise fail_fast(exc) from exc
+        for key, value in result.counters.items():
+            counters[key] = counters.get(key, 0) + value
+        self.log.info(
+            "%s lane %d: slice %s (%s)", self.migration, self.slot, result.outcome, result.counters
+        )
+        if result.outcome == "failed":
+            raise AirflowFailException(
+                f"background migration {self.migration} failed: {result.error}"
+            )
+        out_of_slices = self.max_slices is not None and slices >= self.max_slices
+        if result.outcome in ("yielded", "busy") and not out_of_slices:
+            wait = self.pause_between_slices
+            if result.outcome == "busy":
+                wait = max(wait, (result.retry_after_ms or 1000) / 1000)
+            self.hook.close()
+            self.defer(
+                trigger=DelayTrigger(
+                    seconds=wait, payload={"counters": counters, "slices": slices}
+                ),
+                method_name="execute_complete",
+            )
+        return {
+            "outcome": result.outcome,
+            "counters": counters,
+            "slot": self.slot,
+            "slices": slices,
+        }
+
+
+class ContinueBackgroundOperator(TriggerDagRunOperator):
+    """Close this round: one more coordinator step, and a new DAG run if work is left.
+
+    The new run queues behind this one (the DAG allows one active run) and takes
+    the next round; this one ends.
+    """
+
+    template_fields: Sequence[str] = (*TriggerDagRunOperator.template_fields, "migration")
+
+    def __init__(
+        self,
+        *,
+        migration: str,
+        coordinate_task_id: str = "coordinate",
+        conn_id: str = MigronautHook.default_conn_name,
+        migrations_dir: str | None = None,
+        database: str | None = None,
+        migronaut_config: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("trigger_dag_id", dag_id_for(migration))
+        kwargs.setdefault("conf", {"reason": "continue"})
+        super().__init__(**kwargs)
+        self.migration = migration
+        self.coordinate_task_id = coordinate_task_id
+        self.hook = MigronautHook(
+            conn_id, migrations_dir=migrations_dir, database=database, config=migronaut_config
+        )
+
+    def execute(self, context: Context) -> Any:
+        round_ = context["ti"].xcom_pull(task_ids=self.coordinate_task_id, key="round")
+        try:
+            answer = self.hook.get_conn().coordinate_background(
+                self.migration,
+                driver=Driver("airflow", ref=context["run_id"], round=round_, rounds=True),
+            )
+        except MigronautError as exc:
+            raise fail_fast(exc) from exc
+        finally:
+            self.hook.close()
+        if answer.next in ("done", "superseded"):
+            if answer.status == "failed":
+                end_round(self.migration, answer)
+            self.log.info("%s: %s (%s); no new run", self.migration, answer.next, answer.status)
+            return answer.to_dict()
+        self.log.info("%s: %s; starting the next round", self.migration, answer.next)
+        return super().execute(context)
+
+
+class BackgroundControlOperator(MigronautOperator):
+    """Apply a control action; ``requested_by`` defaults to the user who triggered the run.
+
+    Returns the DAG ids to start (the migration's DAG when the action lets it run
+    again: resume, retry, repin) and pushes the control's result as ``result``.
+    """
+
+    template_fields: Sequence[str] = ("migration", "action", "reason", "requested_by")
+
+    def __init__(
+        self,
+        *,
+        migration: str,
+        action: str,
+        reason: str | None = None,
+        requested_by: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.migration = migration
+        self.action = action
+        self.reason = reason
+        self.requested_by = requested_by
+
+    def execute(self, context: Context) -> list[str]:
+        if self.action not in CONTROL_ACTIONS:
+            raise AirflowFailException(
+                f"unknown action {self.action!r}; expected one of {', '.join(CONTROL_ACTIONS)}"
+            )
+        dag_run = context.get("dag_run")
+        who = self.requested_by or getattr(dag_run, "triggering_user_name", None) or None
+        reason = self.reason or None
+        try:
+            result = self._apply(who, reason)
+        except MigronautError as exc:
+            raise AirflowFailException(f"{exc.code}: {exc.message}") from exc
+        context["ti"].xcom_push(key="result", value=result)
+        self.log.info("%s: %s by %s: %s", self.migration, self.action, who, result)
+        return [dag_id_for(self.migration)] if self.action in _RESTARTING else []
+
+    def _apply(self, who: str | None, reason: str | None) -> dict[str, Any]:
+        kit, name = self.kit, self.migration
+        if self.action == "unlock":
+            return kit.unlock_background(name, requested_by=who, reason=reason)
+        if self.action == "repin":
+            return kit.repin_background(name, requested_by=who, reason=reason).to_dict()
+        if self.action in ("retry", "retry_from_start"):
+            from_start = self.action == "retry_from_start"
+            result = kit.retry_background(
+                name, requested_by=who, reason=reason, from_start=from_start
+            )
+            return result.to_dict()
+        method = getattr(kit, f"{self.action}_background")
+        return dict(method(name, requested_by=who, reason=reason).to_dict())
+
+
+class MigrationsUpOperator(MigronautOperator):
+    """Apply regular migrations and register background ones; name the DAGs to start.
+
+    Returns the DAG ids to start (one per background migration with work) and
+    pushes the run's result as ``result``.
+    """
+
+    template_fields: Sequence[str] = ("reason", "requested_by")
+
+    def __init__(
+        self, *, reason: str | None = None, requested_by: str | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.reason = reason
+        self.requested_by = requested_by
+
+    def execute(self, context: Context) -> list[str]:
+        dag_run = context.get("dag_run")
+        who = self.requested_by or getattr(dag_run, "triggering_user_name", None) or None
+        try:
+            result = self.kit.up(
+                requested_by=who,
+                reason=self.reason or None,
+                on_background_pending="stop",
+                wait_for_lock_seconds=60,
+            )
+            runnable = self.kit.runnable_background()
+        except MigronautError as exc:
+            raise fail_fast(exc) from exc
+        context["ti"].xcom_push(key="result", value=result.to_dict())
+        return [dag_id_for(row["migration"]) for row in runnable]
+
+
+class VerifyDriftOperator(MigronautOperator):
+    """Probe completed migrations for old-shape documents; reopen (default) or report."""
+
+    template_fields: Sequence[str] = ("on_drift",)
+
+    def __init__(self, *, on_drift: str = "reopen", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.on_drift = on_drift
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        try:
+            return self.kit.verify_background(on_drift=self.on_drift)
+        except MigronautError as exc:
+            raise fail_fast(exc) from exc
+
+
+class HealBackgroundOperator(MigronautOperator):
+    """Name the DAGs of migrations that have work and no active DAG run (the heal).
+
+    Returns them; a mapped TriggerDagRunOperator starts them.
+    """
+
+    def execute(self, context: Context) -> list[str]:
+        try:
+            runnable = self.kit.runnable_background()
+        except MigronautError as exc:
+            raise fail_fast(exc) from exc
+        ti = context["ti"]
+        dag_ids = []
+        for row in runnable:
+            dag_id = dag_id_for(row["migration"])
+            active = ti.get_dr_count(dag_id=dag_id, states=["queued", "running"])
+            if active == 0:
+                dag_ids.append(dag_id)
+        self.log.info(
+            "heal: %d migration(s) with work, %d without a run", len(runnable), len(dag_ids)
+        )
+        return dag_ids

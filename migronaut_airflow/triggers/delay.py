@@ -1,0 +1,35 @@
+"""A trigger that fires after a delay with the payload it was given.
+
+Operators defer on it between steps (a lane between slices, a coordinator
+waiting for a deploy). ``dag.test()`` drops the ``kwargs=`` of ``defer()``, so
+state that must survive the deferral rides in the event payload instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+
+class DelayTrigger(BaseTrigger):
+    """Fire once after ``seconds`` with ``{"status": "success", **payload}``.
+
+    :param seconds: how long to wait (at least 0).
+    :param payload: JSON-safe values handed back to the operator.
+    """
+
+    def __init__(self, *, seconds: float, payload: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        self.seconds = max(0.0, float(seconds))
+        self.payload = dict(payload or {})
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        classpath = f"{self.__class__.__module__}.{self.__class__.__qualname__}"
+        return classpath, {"seconds": self.seconds, "payload": self.payload}
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        await asyncio.sleep(self.seconds)
+        yield TriggerEvent({"status": "success", **self.payload})

@@ -1,0 +1,231 @@
+"""Wait, in the triggerer, for the lanes of one background migration pass to stop.
+
+:class:`BackgroundLanesTrigger` polls MongoDB with an ``AsyncMongoClient`` and fires
+exactly one event when waiting is over:
+
+=================  ===================================================================
+``reason``         when
+=================  ===================================================================
+``left-running``   the state is gone or its status is not ``running`` (the event also
+                   carries ``migration_status``: that status, or ``"unregistered"``)
+``replanned``      the state's generation or plan token is not the one waited on
+``drained``        no partition of that generation and plan is pending or running
+``no-live-lease``  open partitions remain but no lease has been live for the whole
+                   grace period (the lanes died; the coordinator's next round reaps
+                   them and plans new lanes)
+=================  ===================================================================
+
+Success events are ``{"status": "success", "reason", "migration"}`` (plus
+``migration_status`` for ``left-running``); a failure is one
+``{"status": "error", "message", "migration"}`` whose message names the error type
+and never holds document values. :class:`LanesWatch` holds the judgement, shared
+with the poke mode of :class:`~migronaut_airflow.sensors.lanes.BackgroundLanesSensor`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from airflow.providers.mongo.hooks.mongo import MongoHook
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+from asgiref.sync import sync_to_async
+from pymongo import AsyncMongoClient
+
+from migronaut_core.background.store import (
+    LANES_STATE_PROJECTION,
+    live_leases_filter,
+    open_partitions_filter,
+)
+from migronaut_core.config import BackgroundCollections
+
+#: Every ``reason`` a success event can carry.
+REASONS = ("left-running", "replanned", "drained", "no-live-lease")
+#: ``migration_status`` of a ``left-running`` event whose state document is gone.
+UNREGISTERED = "unregistered"
+#: Longest exception text an error event carries.
+MAX_MESSAGE_CHARS = 300
+
+_CREDENTIALS = re.compile(r"//[^@/\s]*@")
+
+
+def error_message(exc: BaseException) -> str:
+    """``Type: text`` of an exception, shortened, with any URI credentials redacted."""
+    text = _CREDENTIALS.sub("//***@", str(exc)).strip()
+    if len(text) > MAX_MESSAGE_CHARS:
+        text = text[: MAX_MESSAGE_CHARS - 3] + "..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def mongo_client_options(hook: MongoHook) -> dict[str, Any]:
+    """The client keyword options ``MongoHook.get_conn`` would use (extras, TLS leniency)."""
+    options = dict(hook.extras)
+    if hook.allow_insecure:
+        options["tlsAllowInvalidCertificates"] = True
+    return options
+
+
+class LanesWatch:
+    """Judge, one observation at a time, whether waiting for a pass's lanes is over.
+
+    Each method returns ``None`` (keep waiting) or the event fields past ``status``
+    and ``migration``: ``{"reason": …}``, plus ``migration_status`` for
+    ``left-running``. The no-live-lease grace is measured between calls on a
+    monotonic clock the caller passes in; a live lease or a drained plan restarts it.
+    """
+
+    __slots__ = ("_no_lease_since", "generation", "grace", "plan")
+
+    def __init__(self, *, generation: int, plan: str, no_lease_grace_seconds: float) -> None:
+        self.generation = generation
+        self.plan = plan
+        self.grace = no_lease_grace_seconds
+        self._no_lease_since: float | None = None
+
+    def judge_state(self, state: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        """Judge the state document (projected with ``LANES_STATE_PROJECTION``)."""
+        if state is None:
+            return {"reason": "left-running", "migration_status": UNREGISTERED}
+        status = state.get("status")
+        if status != "running":
+            return {"reason": "left-running", "migration_status": str(status or "unknown")}
+        plan = state.get("plan")
+        token = plan.get("token") if isinstance(plan, Mapping) else None
+        if state.get("generation") != self.generation or token != self.plan:
+            return {"reason": "replanned"}
+        return None
+
+    def judge_partitions(
+        self, *, open_partitions: bool, live_lease: bool, now: float
+    ) -> dict[str, Any] | None:
+        """Judge whether the plan has open partitions and any lease is live, at ``now``."""
+        if not open_partitions:
+            self._no_lease_since = None
+            return {"reason": "drained"}
+        if live_lease:
+            self._no_lease_since = None
+            return None
+        if self._no_lease_since is None:
+            self._no_lease_since = now
+        if now - self._no_lease_since >= self.grace:
+            return {"reason": "no-live-lease"}
+        return None
+
+
+class BackgroundLanesTrigger(BaseTrigger):
+    """Fire once when the lanes of one pass of a background migration have stopped.
+
+    Reads only; never changes the state or the partitions, so cancelling it (a
+    triggerer restart, a user kill) needs no clean-up beyond closing its client.
+
+    :param conn_id: Airflow connection of type ``mongo`` (read through ``MongoHook``).
+    :param database: database holding the state; ``None`` uses the connection's schema.
+    :param migration: name of the background migration (its state ``_id``).
+    :param generation: generation of the pass the lanes were started on.
+    :param plan: token of the plan the lanes were started on.
+    :param collection_prefix: prefix of the state and partition collections.
+    :param poll_interval: seconds between two polls.
+    :param no_lease_grace_seconds: how long open partitions may go without any live
+        lease before the lanes count as dead.
+    """
+
+    def __init__(
+        self,
+        *,
+        conn_id: str,
+        database: str | None,
+        migration: str,
+        generation: int,
+        plan: str,
+        collection_prefix: str = "migronaut_background",
+        poll_interval: float = 2.0,
+        no_lease_grace_seconds: float = 30.0,
+    ) -> None:
+        super().__init__()
+        if poll_interval <= 0:
+            raise ValueError(f"poll_interval must be positive, got {poll_interval!r}")
+        if no_lease_grace_seconds < 0:
+            raise ValueError(
+                f"no_lease_grace_seconds must not be negative, got {no_lease_grace_seconds!r}"
+            )
+        self.conn_id = conn_id
+        self.database = database
+        self.migration = migration
+        self.generation = generation
+        self.plan = plan
+        self.collection_prefix = collection_prefix
+        self.poll_interval = poll_interval
+        self.no_lease_grace_seconds = no_lease_grace_seconds
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        """Return the classpath and the keyword arguments that rebuild this trigger."""
+        return (
+            f"{self.__class__.__module__}.{self.__class__.__qualname__}",
+            {
+                "conn_id": self.conn_id,
+                "database": self.database,
+                "migration": self.migration,
+                "generation": self.generation,
+                "plan": self.plan,
+                "collection_prefix": self.collection_prefix,
+                "poll_interval": self.poll_interval,
+                "no_lease_grace_seconds": self.no_lease_grace_seconds,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Poll until waiting is over, yield one event, then return."""
+        try:
+            fields = await self._watch()
+        except Exception as exc:
+            self.log.warning(
+                "Watching the lanes of %s failed: %s", self.migration, type(exc).__name__
+            )
+            payload = {"status": "error", "message": error_message(exc)}
+        else:
+            self.log.info("Lanes of %s stopped waiting: %s", self.migration, fields["reason"])
+            payload = {"status": "success", **fields}
+        yield TriggerEvent({**payload, "migration": self.migration})
+
+    async def _connect(self) -> AsyncMongoClient[dict[str, Any]]:
+        # MongoHook looks its connection up in __init__, synchronously: build it in a
+        # worker thread so the triggerer's event loop never blocks on the lookup.
+        hook = await sync_to_async(MongoHook)(mongo_conn_id=self.conn_id)
+        options = mongo_client_options(hook)
+        options.setdefault("appname", "migronaut-airflow-trigger")
+        return AsyncMongoClient(hook.uri, **options)
+
+    async def _watch(self) -> dict[str, Any]:
+        client = await self._connect()
+        try:
+            db = client.get_database(self.database)
+            names = BackgroundCollections.from_prefix(self.collection_prefix)
+            states, partitions = db[names.state], db[names.partitions]
+            watch = LanesWatch(
+                generation=self.generation,
+                plan=self.plan,
+                no_lease_grace_seconds=self.no_lease_grace_seconds,
+            )
+            open_filter = open_partitions_filter(
+                self.migration, generation=self.generation, plan=self.plan
+            )
+            live_filter = live_leases_filter(self.migration)
+            loop = asyncio.get_running_loop()
+            while True:
+                state = await states.find_one({"_id": self.migration}, LANES_STATE_PROJECTION)
+                verdict = watch.judge_state(state)
+                if verdict is None:
+                    has_open = await partitions.find_one(open_filter, {"_id": 1}) is not None
+                    live = has_open and (
+                        await partitions.find_one(live_filter, {"_id": 1}) is not None
+                    )
+                    verdict = watch.judge_partitions(
+                        open_partitions=has_open, live_lease=live, now=loop.time()
+                    )
+                if verdict is not None:
+                    return verdict
+                await asyncio.sleep(self.poll_interval)
+        finally:
+            await client.close()

@@ -1,0 +1,78 @@
+"""Drift verification: old-shape documents that appeared after a migration completed.
+
+An old release of the application may still write the old shape after a
+background migration completed. :func:`verify` probes each completed forward
+migration with one indexed query for a document still matching its source
+version (its known failed documents excluded), and reopens the migration (as a
+retry of a completed one does) or only reports it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from migronaut_core.background.control import control
+from migronaut_core.background.coordinator import version_hint
+from migronaut_core.background.runtime import Runtime
+from migronaut_core.background.spec import BackgroundSpec, exclude_bad_ids, match_of
+from migronaut_core.changelog import Actor
+from migronaut_core.errors import ConfigInvalidError
+
+log = logging.getLogger("migronaut_core.background")
+
+OnDrift = Literal["reopen", "report"]
+
+
+def verify(
+    rt: Runtime,
+    *,
+    on_drift: OnDrift = "reopen",
+    collections: Sequence[str] | None = None,
+    actor: Actor | None = None,
+) -> dict[str, Any]:
+    """Probe every completed forward migration once; reopen or report the drifted ones.
+
+    :returns: ``{checked, drifted: [{migration, collection, action}], skipped}``.
+    """
+    if on_drift not in ("reopen", "report"):
+        raise ConfigInvalidError("on_drift must be 'reopen' or 'report'", {"key": "on_drift"})
+    wanted = set(collections) if collections is not None else None
+    checked, skipped, drifted = 0, 0, []
+    for state in rt.store.list_states({"status": "completed"}):
+        if state.get("direction") == "revert" or not state.get("spec"):
+            continue
+        spec = BackgroundSpec.from_document(state["spec"])
+        if spec.collection is None or (wanted is not None and spec.collection not in wanted):
+            skipped += 1
+            continue
+        checked += 1
+        if not _has_old_shape(rt, spec, list(state.get("bad_ids") or [])):
+            continue
+        action = "reported"
+        if on_drift == "reopen":
+            who = actor or Actor(requested_by="migronaut-drift", reason="old-shape documents found")
+            action = (
+                "reopened"
+                if control(rt, state["_id"], "retry", actor=who).applied == "changed"
+                else "unchanged"
+            )
+        log.warning(
+            "%s: old-shape documents in %s after completion (%s)",
+            state["_id"],
+            spec.collection,
+            action,
+        )
+        drifted.append({"migration": state["_id"], "collection": spec.collection, "action": action})
+    return {"checked": checked, "drifted": drifted, "skipped": skipped}
+
+
+def _has_old_shape(rt: Runtime, spec: BackgroundSpec, bad_ids: list[Any]) -> bool:
+    assert spec.collection is not None
+    match = exclude_bad_ids(match_of(spec, "forward"), bad_ids)
+    options: dict[str, Any] = {"projection": {"_id": 1}}
+    hint = version_hint(rt, spec)
+    if hint is not None:
+        options["hint"] = hint
+    return rt.db[spec.collection].find_one(match, **options) is not None
