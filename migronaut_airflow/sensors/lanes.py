@@ -61,7 +61,6 @@ class BackgroundLanesSensor(BaseSensorOperator):
     """
 
     template_fields: Sequence[str] = ("migration", "generation", "plan")
-    ui_color = "#e3f2e1"
 
     SUCCESS_STATES = ("success",)
     FAILURE_STATES = ("error",)
@@ -155,7 +154,7 @@ class BackgroundLanesSensor(BaseSensorOperator):
             raise LanesWaitError(
                 f"Waiting for the lanes of {self.migration} got an event of unknown reason"
             )
-        self.log.info("Lanes of %s stopped: %s", self.migration, reason)
+        self.log.info("Done waiting for the lanes of %s: %s", self.migration, reason)
         return str(reason)
 
     def on_kill(self) -> None:
@@ -171,17 +170,15 @@ class BackgroundLanesSensor(BaseSensorOperator):
     def _check(self) -> str | None:
         """Judge the lanes once, synchronously; the reason when waiting is over."""
         generation, plan = self._generation(), str(self.plan)
-        if self._watch is None or (self._watch.generation, self._watch.plan) != (
-            generation,
-            plan,
-        ):
-            self._watch = LanesWatch(
+        watch = self._watch
+        if watch is None or watch.generation != generation or watch.plan != plan:
+            self._watch = watch = LanesWatch(
                 generation=generation, plan=plan, no_lease_grace_seconds=self.no_lease_grace_seconds
             )
         db = self.hook.get_conn().get_database(self.database)
         names = BackgroundCollections.from_prefix(self.collection_prefix)
         state = db[names.state].find_one({"_id": self.migration}, LANES_STATE_PROJECTION)
-        verdict = self._watch.judge_state(state)
+        verdict = watch.judge_state(state)
         if verdict is None:
             partitions = db[names.partitions]
             open_filter = open_partitions_filter(self.migration, generation=generation, plan=plan)
@@ -190,12 +187,12 @@ class BackgroundLanesSensor(BaseSensorOperator):
                 has_open
                 and partitions.find_one(live_leases_filter(self.migration), {"_id": 1}) is not None
             )
-            verdict = self._watch.judge_partitions(
+            verdict = watch.judge_partitions(
                 open_partitions=has_open, live_lease=live, now=time.monotonic()
             )
         if verdict is None:
             return None
-        self.log.info("Lanes of %s stopped: %s", self.migration, verdict["reason"])
+        self.log.info("Done waiting for the lanes of %s: %s", self.migration, verdict["reason"])
         return str(verdict["reason"])
 
     def _close_client(self) -> None:

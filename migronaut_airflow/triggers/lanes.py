@@ -185,7 +185,7 @@ class BackgroundLanesTrigger(BaseTrigger):
             )
             payload = {"status": "error", "message": error_message(exc)}
         else:
-            self.log.info("Lanes of %s stopped waiting: %s", self.migration, fields["reason"])
+            self.log.info("Done waiting for the lanes of %s: %s", self.migration, fields["reason"])
             payload = {"status": "success", **fields}
         yield TriggerEvent({**payload, "migration": self.migration})
 

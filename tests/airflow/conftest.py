@@ -8,7 +8,9 @@ and the metadata DB is migrated once per session. Connections are given as
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -21,6 +23,7 @@ import pytest
 AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="migronaut-airflow-home-"))
 DAGS_FOLDER = AIRFLOW_HOME / "dags"
 DAGS_FOLDER.mkdir()
+atexit.register(shutil.rmtree, AIRFLOW_HOME, ignore_errors=True)
 os.environ.update(
     {
         "AIRFLOW_HOME": str(AIRFLOW_HOME),
@@ -42,6 +45,7 @@ globals().update(
         lane_max_slices=int(os.environ.get("MIGRONAUT_TEST_LANE_MAX_SLICES", "0")) or None,
         no_lease_grace_seconds=2.0,
         poll_interval=0.5,
+        migronaut_config={"lock_ttl_seconds": 4},
     )
 )
 """

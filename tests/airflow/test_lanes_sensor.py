@@ -21,7 +21,7 @@ from tests.airflow.test_lanes_trigger import (
     NAME,
     PLAN,
     Document,
-    log_to,
+    captured_logs,
     logged_text,
     seed_partition,
     seed_state,
@@ -242,14 +242,13 @@ def test_execute_complete_returns_the_reason(make_sensor: Factory, reason: str) 
 
 
 def test_logs_name_the_reason_but_no_values_or_filters(
-    db: Database[Document], make_sensor: Factory, caplog: pytest.LogCaptureFixture
+    db: Database[Document], make_sensor: Factory
 ) -> None:
     seed_state(db)
     seed_partition(db, status="done")
-    sensor = make_sensor()
-    log_to(sensor, caplog)
-    assert sensor.execute(CONTEXT) == "drained"
-    logged = logged_text(caplog)
+    with captured_logs() as entries:
+        assert make_sensor().execute(CONTEXT) == "drained"
+    logged = logged_text(entries)
     assert NAME in logged
     assert "drained" in logged
     assert PLAN not in logged

@@ -11,10 +11,13 @@ import asyncio
 import datetime as dt
 import logging
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
+import structlog
 from pymongo.database import Database
+from structlog.testing import capture_logs
 
 from migronaut_airflow.triggers.lanes import (
     REASONS,
@@ -328,38 +331,40 @@ async def test_unreachable_server_fires_one_error_event(unreachable_connection: 
 # -- logs --------------------------------------------------------------------------------
 
 
-def log_to(obj: Any, caplog: pytest.LogCaptureFixture) -> None:
-    """Route an Airflow object's logger (structlog, filtered at WARNING here) to caplog."""
-    obj._log = logging.getLogger("tests.airflow.lanes")
-    caplog.set_level(logging.DEBUG, logger="tests.airflow.lanes")
+@contextmanager
+def captured_logs() -> Iterator[list[dict[str, Any]]]:
+    """Capture every structlog entry (Airflow's loggers), whatever the configured level."""
+    saved = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
+    try:
+        with capture_logs() as entries:
+            yield entries
+    finally:
+        structlog.configure(**saved)
 
 
-def logged_text(caplog: pytest.LogCaptureFixture) -> str:
-    return "\n".join(record.getMessage() for record in caplog.records)
+def logged_text(entries: list[dict[str, Any]]) -> str:
+    return "\n".join(str(entry.get("event")) for entry in entries)
 
 
 async def test_logs_name_the_reason_but_no_values_or_filters(
-    db: Database[Document], migronaut_connection: str, caplog: pytest.LogCaptureFixture
+    db: Database[Document], migronaut_connection: str
 ) -> None:
     seed_state(db)
     seed_partition(db, status="done")
-    trigger = make_trigger(migronaut_connection)
-    log_to(trigger, caplog)
-    payload = await first_event(trigger)
+    with captured_logs() as entries:
+        payload = await first_event(make_trigger(migronaut_connection))
     assert payload["reason"] in REASONS
-    logged = logged_text(caplog)
+    logged = logged_text(entries)
     assert NAME in logged
     assert "drained" in logged
     assert PLAN not in logged
     assert "$in" not in logged
 
 
-async def test_logs_an_error_by_type_only(
-    unreachable_connection: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    trigger = make_trigger(unreachable_connection)
-    log_to(trigger, caplog)
-    await first_event(trigger)
-    logged = logged_text(caplog)
+async def test_logs_an_error_by_type_only(unreachable_connection: str) -> None:
+    with captured_logs() as entries:
+        await first_event(make_trigger(unreachable_connection))
+    logged = logged_text(entries)
     assert "ServerSelectionTimeoutError" in logged
     assert "127.0.0.1" not in logged

@@ -1,0 +1,40 @@
+"""migronaut's DAGs, ready to drop into an Airflow dags folder.
+
+Builds, without touching MongoDB:
+
+- ``migronaut_bg__<name>`` for every background migration file (a run is one
+  coordinator round: coordinate → mapped lanes + a deferrable sensor → continue);
+- ``migronaut_drift`` (every 10 minutes): verify completed migrations, then start
+  the DAGs of migrations that have work and no active run;
+- ``migronaut_control``: a trigger form to pause, resume, cancel, retry, repin, unlock;
+- ``migronaut_up``: apply regular migrations, register background ones, start them.
+
+Configure with environment variables (or copy this file and call ``build_dags``
+with arguments):
+
+- ``MIGRONAUT_MIGRATIONS_DIR``: the migration files (default: ``migrations/``
+  beside this file);
+- ``MIGRONAUT_CONN_ID``: a ``mongo`` connection whose schema is the database
+  (default ``migronaut_default``);
+- ``MIGRONAUT_DRIFT_SCHEDULE``: a cron expression or preset for the drift DAG.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+
+from migronaut_airflow.dags.factory import build_dags
+
+_migrations = os.environ.get("MIGRONAUT_MIGRATIONS_DIR") or str(
+    Path(__file__).with_name("migrations")
+)
+
+globals().update(
+    build_dags(
+        _migrations,
+        conn_id=os.environ.get("MIGRONAUT_CONN_ID", "migronaut_default"),
+        drift_schedule=os.environ.get("MIGRONAUT_DRIFT_SCHEDULE") or timedelta(minutes=10),
+    )
+)

@@ -1,0 +1,44 @@
+"""The ``airflow standalone`` harness of the end-to-end tests.
+
+The harness lives in ``scripts/demo_airflow.py``, which ``scripts/demo.sh`` runs
+too (the demo must not import the tests); this module loads it by path and
+re-exports it, so tests write ``from tests.airflow.standalone import …``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+_PATH = Path(__file__).resolve().parents[2] / "scripts" / "demo_airflow.py"
+_NAME = "migronaut_demo_airflow"
+
+
+def _load() -> ModuleType:
+    if _NAME in sys.modules:
+        return sys.modules[_NAME]
+    spec = importlib.util.spec_from_file_location(_NAME, _PATH)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load the standalone harness from {_PATH}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[_NAME] = module  # dataclasses and pickling look modules up here
+    spec.loader.exec_module(module)
+    return module
+
+
+_harness = _load()
+AirflowStandalone = _harness.AirflowStandalone
+AirflowStandaloneError = _harness.AirflowStandaloneError
+install_dag_file = _harness.install_dag_file
+overlapping = _harness.overlapping
+parse_time = _harness.parse_time
+
+__all__ = [
+    "AirflowStandalone",
+    "AirflowStandaloneError",
+    "install_dag_file",
+    "overlapping",
+    "parse_time",
+]
