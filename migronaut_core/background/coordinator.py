@@ -23,7 +23,7 @@ import pendulum
 
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.engine import Direction, Job
-from migronaut_core.background.partition import IdRangePartitioner
+from migronaut_core.background.partition import IdRangePartitioner, Plan
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.scrub import error_text
 from migronaut_core.background.spec import (
@@ -33,11 +33,13 @@ from migronaut_core.background.spec import (
     match_hash,
     match_of,
 )
+from migronaut_core.background.steps import STEP_SCOPE
 from migronaut_core.background.store import MAX_BAD_IDS, MAX_DOC_ERRORS, STATE_SCHEMA
 from migronaut_core.errors import (
     ChecksumMismatchError,
     LockAlreadyHeldError,
     MigrationFileNotFoundError,
+    TransactionsUnsupportedError,
 )
 from migronaut_core.versioning import canonical_id_key
 
@@ -146,7 +148,12 @@ def job_for(
         )
     spec = BackgroundSpec.from_document(state["spec"]) if state.get("spec") else loaded.spec
     direction: Direction = "revert" if state.get("direction") == "revert" else "forward"
-    match = exclude_bad_ids(match_of(spec, direction), list(state.get("bad_ids") or []))
+    step_mode = spec.mode == "step"
+    match = (
+        {}
+        if step_mode
+        else exclude_bad_ids(match_of(spec, direction), list(state.get("bad_ids") or []))
+    )
     return Job(
         name=name,
         spec=spec,
@@ -154,7 +161,7 @@ def job_for(
         direction=direction,
         match=match,
         partitioner=IdRangePartitioner(),
-        hint=version_hint(rt, spec),
+        hint=None if step_mode else version_hint(rt, spec),
         log=logging.getLogger(f"migronaut.background.{name}"),
         generation=int(state.get("generation", 0)),
         cancel=cancel or CancelToken(),
@@ -228,6 +235,10 @@ def _coordinate_pass(
     except (ChecksumMismatchError, MigrationFileNotFoundError) as exc:
         log.warning("%s: %s", name, exc.message)
         return _retry_soon(rt, "checksum")
+    try:
+        assert_transactions(rt, name, job.spec)
+    except TransactionsUnsupportedError as exc:
+        return fail_state(rt, state, exc.message)
     source_hash = match_hash(job.spec, job.direction)
     for _ in range(job.spec.max_passes + 2):
         if cancel.cancelled:
@@ -284,13 +295,18 @@ def plan_pass(
 ) -> Answer | tuple[dict[str, Any], bool]:
     """Split what still matches into partitions and commit them under a fresh plan token."""
     spec = job.spec
-    plan = job.partitioner.plan(
-        rt.db[job.collection],
-        match=job.match,
-        hint=job.hint,
-        max_parallel=spec.max_parallel,
-        settings=spec.partitions,
-    )
+    if spec.mode == "step":
+        plan = Plan(
+            "step", estimate=0, at_least=False, partitions=[dict(STEP_SCOPE)], degraded=None
+        )
+    else:
+        plan = job.partitioner.plan(
+            rt.db[job.collection],
+            match=job.match,
+            hint=job.hint,
+            max_parallel=spec.max_parallel,
+            settings=spec.partitions,
+        )
     pass_number = int(state.get("pass", 0)) + (1 if new_pass else 0)
     expected: dict[str, Any] = {"status": {"$in": ["pending", "running"]}}
     if state.get("checksum") is not None:
@@ -390,12 +406,7 @@ def finalize(rt: Runtime, job: Job, state: dict[str, Any]) -> Answer | dict[str,
             state,
             f"{state['failed_partitions']} partition(s) failed: {state.get('last_error')}",
         )
-    match = exclude_bad_ids(match_of(job.spec, job.direction), list(state.get("bad_ids") or []))
-    count_options: dict[str, Any] = {"limit": 1}
-    if job.hint is not None:
-        count_options["hint"] = job.hint
-    remaining = rt.db[job.collection].count_documents(match, **count_options)
-    if remaining == 0:
+    if _remaining(rt, job, state) == 0:
         return _complete(rt, job, state, generation)
     if int(state.get("pass", 0)) >= job.spec.max_passes:
         return fail_state(
@@ -420,6 +431,31 @@ def finalize(rt: Runtime, job: Job, state: dict[str, Any]) -> Answer | dict[str,
     )
     rt.store.drop_generations(name, generation - 1)
     return following or rt.store.get(name) or state
+
+
+def _remaining(rt: Runtime, job: Job, state: dict[str, Any]) -> int:
+    """Whether old-shape documents are left (0 or 1); a step migration has none to count."""
+    if job.spec.mode == "step":
+        return 0
+    match = exclude_bad_ids(match_of(job.spec, job.direction), list(state.get("bad_ids") or []))
+    count_options: dict[str, Any] = {"limit": 1}
+    if job.hint is not None:
+        count_options["hint"] = job.hint
+    return rt.db[job.collection].count_documents(match, **count_options)
+
+
+def assert_transactions(rt: Runtime, name: str, spec: BackgroundSpec) -> None:
+    """A transactional migration needs a replica set or a mongos.
+
+    :raises TransactionsUnsupportedError: the server is standalone.
+    """
+    if spec.transaction is None or rt.supports_transactions():
+        return
+    raise TransactionsUnsupportedError(
+        f"background migration {name} asks for transactions, which need a replica set or a "
+        "sharded cluster; this server is standalone (run it with transaction: false)",
+        {"migration": name},
+    )
 
 
 def _complete(rt: Runtime, job: Job, state: dict[str, Any], generation: int) -> Answer:

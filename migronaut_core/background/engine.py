@@ -469,50 +469,7 @@ def plain_batch(
     return result, next_cursor, counters
 
 
-def process_partition(job: Job, ctx: PartitionContext, store: BackgroundStore) -> PartitionResult:
-    """Work one partition until it is drained, the slice ends, or the state says stop.
-
-    Outcomes: ``exhausted`` (drained), ``yielded`` (the slice's time is up),
-    ``paused``, ``cancelled``, ``failed`` (with ``error``: the state failed or the
-    document error budget ran out), ``stale`` (another plan took over),
-    ``stopped`` (the cancel token). A lost lease raises LeaseLost.
-    """
-    spec = job.spec
-    counters: dict[str, int] = {}
-    cursor: dict[str, Any] = dict(ctx.partition.get("cursor") or {})
-    plan_token = ctx.partition["plan"]
-    if ctx.partition.get("inflight"):
-        _settle_dead_lane_batch(job, ctx)
-    batches = 0
-    while True:
-        if job.cancel.cancelled:
-            return PartitionResult("stopped", counters)
-        if batches > 0 and time.monotonic() >= ctx.deadline:
-            return PartitionResult("yielded", counters)
-        if ctx.lease_lost():
-            store.checkpoint(ctx.lease, cursor=cursor, counters={})  # raises LeaseLost
-        stop = control_outcome(ctx.read_control(), job, plan_token)
-        if stop is not None:
-            return PartitionResult(stop, counters)
-        if ctx.throttle.before_batch(job.cancel):
-            return PartitionResult("stopped", counters)
-        started = time.monotonic()
-        result, next_cursor, batch_counters = plain_batch(job, ctx, cursor, spec.batch_size)
-        add_counters(counters, batch_counters)
-        batches += 1
-        if ctx.on_batch is not None:
-            latency_ms = int((time.monotonic() - started) * 1000)
-            ctx.on_batch({"counters": batch_counters, "latency_ms": latency_ms})
-        if result.errors:
-            failure = _over_error_budget(job, store)
-            if failure is not None:
-                return PartitionResult("failed", counters, failure)
-        if next_cursor is None:
-            return PartitionResult("exhausted", counters)
-        cursor = next_cursor
-
-
-def _settle_dead_lane_batch(job: Job, ctx: PartitionContext) -> None:
+def settle_dead_lane_batch(job: Job, ctx: PartitionContext) -> None:
     """Count the documents a lane that died mid-batch rewrote before its checkpoint.
 
     Its cursor did not move, so the rest of that batch is read again now; the ones
@@ -528,7 +485,7 @@ def _settle_dead_lane_batch(job: Job, ctx: PartitionContext) -> None:
     job.log.info("%s: settled a batch left by a dead lane (%d rewritten)", job.name, rewritten)
 
 
-def _over_error_budget(job: Job, store: BackgroundStore) -> BackgroundFailedError | None:
+def over_error_budget(job: Job, store: BackgroundStore) -> BackgroundFailedError | None:
     total = store.count_bad_ids(job.name, job.generation)
     if total <= job.spec.max_document_errors:
         return None

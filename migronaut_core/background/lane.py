@@ -27,18 +27,13 @@ from typing import Any
 import pendulum
 
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.coordinator import fail_state, job_for
-from migronaut_core.background.engine import (
-    Job,
-    PartitionContext,
-    PartitionResult,
-    add_counters,
-    process_partition,
-)
+from migronaut_core.background.coordinator import assert_transactions, fail_state, job_for
+from migronaut_core.background.engine import Job, PartitionContext, PartitionResult, add_counters
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.scrub import error_text
 from migronaut_core.background.store import Lease
 from migronaut_core.background.throttle import Throttle
+from migronaut_core.background.worker import process_partition
 from migronaut_core.errors import BatchFailed, LeaseLost, MigronautError
 
 log = logging.getLogger("migronaut_core.background")
@@ -116,6 +111,7 @@ def run_slice(
     if status != "running" or state.get("phase") != "process" or state.get("plan") is None:
         return SliceResult("exhausted" if status == "completed" else "stale")
     job = job_for(rt, name, state, token)
+    assert_transactions(rt, name, job.spec)
     deadline = time.monotonic() + (slice_ms if slice_ms is not None else job.spec.slice_ms) / 1000
     counters: dict[str, int] = {}
     worked = False

@@ -59,6 +59,7 @@ class Runtime:
     _warned: set[str] = field(default_factory=set)
     _index_cache: dict[str, tuple[float, list[dict[str, Any]]]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _transactions: bool | None = None
 
     @property
     def ttl_ms(self) -> int:
@@ -97,6 +98,14 @@ class Runtime:
         with self._lock:
             self._index_cache[collection] = (now, keys)
         return keys
+
+    def supports_transactions(self) -> bool:
+        """Whether the deployment runs multi-document transactions (asked once)."""
+        if self._transactions is None:
+            self.client.admin.command("ping")
+            kind = self.client.topology_description.topology_type_name
+            self._transactions = kind in ("ReplicaSetWithPrimary", "Sharded")
+        return self._transactions
 
     def forget_indexes(self, collection: str) -> None:
         with self._lock:

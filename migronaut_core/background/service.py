@@ -116,14 +116,6 @@ class BackgroundService:
                 f"background migration {migration.name} targets one of migronaut's own collections",
                 {"name": migration.name},
             )
-        if spec.mode == "step" or spec.transaction is not None:
-            key = "mode" if spec.mode == "step" else "transaction"
-            raise ConfigInvalidError(
-                f"background migration {migration.name}: `{key}` "
-                f"({'step mode' if key == 'mode' else 'transactional batches'}) is not "
-                "supported by this release yet",
-                {"migration": migration.name, "key": f"background.{key}"},
-            )
         return LoadedBackground(
             name=migration.name,
             spec=spec,

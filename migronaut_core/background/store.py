@@ -524,6 +524,7 @@ class BackgroundStore:
         doc_errors: Sequence[Mapping[str, Any]] = (),
         done: bool = False,
         throttle: Mapping[str, Any] | None = None,
+        fields: Mapping[str, Any] | None = None,
         session: ClientSession | None = None,
     ) -> None:
         """Record a batch's progress, fenced by the lease; ``done`` releases the partition.
@@ -544,6 +545,8 @@ class BackgroundStore:
             }
         if throttle is not None:
             update["$set"]["throttle"] = dict(throttle)
+        if fields:
+            update["$set"].update(fields)
         update["$unset"] = {"inflight": ""}
         if done:
             update["$set"]["status"] = "done"

@@ -1,0 +1,88 @@
+"""Work one leased partition: batch after batch in the migration's mode, until told to stop.
+
+The loop every lane runs between claiming a partition and releasing it: it reads
+the state's status before each batch (a pause or cancel stops the lane within one
+batch), waits as the throttle says, then runs one plain batch, one transactional
+batch or one step, and judges the document error budget.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from migronaut_core.background.engine import (
+    BatchResult,
+    Job,
+    PartitionContext,
+    PartitionResult,
+    add_counters,
+    control_outcome,
+    over_error_budget,
+    plain_batch,
+    settle_dead_lane_batch,
+)
+from migronaut_core.background.steps import run_step
+from migronaut_core.background.store import BackgroundStore
+from migronaut_core.background.transactional import (
+    BatchStoppedError,
+    TransactionSizing,
+    transactional_batch,
+)
+
+
+def process_partition(job: Job, ctx: PartitionContext, store: BackgroundStore) -> PartitionResult:
+    """Work one partition until it is drained, the slice ends, or the state says stop.
+
+    Outcomes: ``exhausted`` (drained), ``yielded`` (the slice's time is up),
+    ``paused``, ``cancelled``, ``failed`` (with ``error``: the state failed or the
+    document error budget ran out), ``stale`` (another plan took over),
+    ``stopped`` (the cancel token). A lost lease raises LeaseLost.
+    """
+    counters: dict[str, int] = {}
+    cursor: dict[str, Any] = dict(ctx.partition.get("cursor") or {})
+    plan_token = ctx.partition["plan"]
+    sizing = TransactionSizing(job.spec.batch_size)
+    if ctx.partition.get("inflight"):
+        settle_dead_lane_batch(job, ctx)
+    batches = 0
+    while True:
+        if job.cancel.cancelled:
+            return PartitionResult("stopped", counters)
+        if batches > 0 and time.monotonic() >= ctx.deadline:
+            return PartitionResult("yielded", counters)
+        if ctx.lease_lost():
+            store.checkpoint(ctx.lease, cursor=cursor, counters={})  # raises LeaseLost
+        stop = control_outcome(ctx.read_control(), job, plan_token)
+        if stop is not None:
+            return PartitionResult(stop, counters)
+        if ctx.throttle.before_batch(job.cancel):
+            return PartitionResult("stopped", counters)
+        started = time.monotonic()
+        try:
+            result, next_cursor, batch_counters = _one_batch(job, ctx, cursor, sizing)
+        except BatchStoppedError:
+            return PartitionResult("stopped", counters)
+        add_counters(counters, batch_counters)
+        batches += 1
+        if ctx.on_batch is not None:
+            latency_ms = int((time.monotonic() - started) * 1000)
+            ctx.on_batch({"counters": batch_counters, "latency_ms": latency_ms})
+        if result is not None and result.errors:
+            failure = over_error_budget(job, store)
+            if failure is not None:
+                return PartitionResult("failed", counters, failure)
+        if next_cursor is None:
+            return PartitionResult("exhausted", counters)
+        cursor = next_cursor
+
+
+def _one_batch(
+    job: Job, ctx: PartitionContext, cursor: dict[str, Any], sizing: TransactionSizing
+) -> tuple[BatchResult | None, dict[str, Any] | None, dict[str, int]]:
+    if job.spec.mode == "step":
+        next_cursor, counters = run_step(job, ctx, cursor)
+        return None, next_cursor, counters
+    if job.spec.transaction is not None:
+        return transactional_batch(job, ctx, cursor, job.spec.batch_size, sizing)
+    return plain_batch(job, ctx, cursor, job.spec.batch_size)

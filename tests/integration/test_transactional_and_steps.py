@@ -1,0 +1,268 @@
+"""Transactional batches and step mode against a real replica set (and a standalone)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pymongo import MongoClient
+from pymongo.database import Database
+
+from migronaut_core import BackgroundFailedError
+from migronaut_core.devserver import find_mongod
+from tests.integration.background_support import SPLIT_NAME, make_kit, seed_users, write_background
+
+AUDITED = """
+background = {{"collection": "users", "from": 1, "to": 2, "batch_size": {batch_size},
+               "max_parallel": 2, "revision_field": "rev",
+               "transaction": {{"timeout_ms": 10000, "max_retries": 8}}}}
+
+def migrate(doc, ctx):
+    ctx.db.audit.insert_one({{"user": doc["_id"]}}, session=ctx.session)
+    first, _, last = doc.pop("name").partition(" ")
+    return {{**doc, "first": first, "last": last}}
+"""
+
+
+@contextlib.contextmanager
+def fail_point(
+    client: MongoClient[dict[str, Any]], data: dict[str, Any], mode: Any
+) -> Iterator[None]:
+    client.admin.command("configureFailPoint", "failCommand", mode=mode, data=data)
+    try:
+        yield
+    finally:
+        client.admin.command("configureFailPoint", "failCommand", mode="off")
+
+
+def test_side_writes_commit_exactly_once_per_migrated_document(
+    mongo_uri: str,
+    mongo_client: MongoClient[dict[str, Any]],
+    db: Database[dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    count = 3_000
+    db.users.insert_many(
+        [{"_id": i, "name": f"First{i} Last{i}", "_v": 1, "rev": 0, "n": i} for i in range(count)]
+    )
+    db.create_collection("audit")
+    migrations = tmp_path / "migrations"
+    write_background(migrations, body=AUDITED.format(batch_size=100))
+    stop = threading.Event()
+
+    def application() -> None:
+        n = 0
+        while not stop.is_set():
+            doc_id = (n * 7919) % count
+            db.users.update_one(
+                {"_id": doc_id, "_v": 1}, {"$set": {"touched": n}, "$inc": {"rev": 1}}
+            )
+            n += 1
+
+    writer = threading.Thread(target=application)
+    with make_kit(mongo_uri, db, migrations) as kit:
+        kit.up()
+        transient = {
+            "failCommands": ["commitTransaction"],
+            "errorCode": 251,
+            "errorLabels": ["TransientTransactionError"],
+            "appName": "migronaut",
+        }
+        writer.start()
+        try:
+            with fail_point(mongo_client, transient, {"times": 1}):
+                view = kit.run_background(SPLIT_NAME, concurrency=2)
+        finally:
+            stop.set()
+            writer.join()
+    assert view["status"] == "completed"
+    assert db.users.count_documents({"_v": 2}) == count
+    assert view["totals"]["migrated"] == count
+    audits = list(db.audit.aggregate([{"$group": {"_id": "$user", "n": {"$sum": 1}}}]))
+    assert len(audits) == count
+    assert {row["n"] for row in audits} == {1}
+    assert view["totals"].get("txn_retries", 0) >= 1
+
+
+def test_time_errors_halve_the_batch_and_clean_batches_grow_it_back(
+    mongo_uri: str,
+    mongo_client: MongoClient[dict[str, Any]],
+    db: Database[dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    seed_users(db, 2_000)
+    migrations = tmp_path / "migrations"
+    write_background(
+        migrations,
+        body="""
+        background = {"collection": "users", "from": 1, "to": 2, "batch_size": 64,
+                      "max_parallel": 1, "transaction": True}
+
+        def migrate(doc, ctx):
+            return {**doc, "ok": True}
+        """,
+    )
+    sizes: list[int] = []
+    with make_kit(mongo_uri, db, migrations) as kit:
+        kit.up()
+        kit.on(
+            "background:batch", lambda event, payload: sizes.append(payload["counters"]["scanned"])
+        )
+        too_slow = {
+            "failCommands": ["find"],
+            "errorCode": 50,
+            "appName": "migronaut",
+            "namespace": f"{db.name}.users",
+        }
+        with fail_point(mongo_client, too_slow, {"times": 2}):
+            view = kit.run_background(SPLIT_NAME)
+    assert view["status"] == "completed"
+    assert db.users.count_documents({"ok": True}) == 2_000
+    assert sizes[0] == 16  # 64 halved twice at once
+    assert 24 in sizes  # grown back x1.5 after five clean batches
+    assert max(sizes) == 64
+
+
+def test_a_step_migration_resumes_from_its_checkpoint_after_kill_9(
+    mongo_uri: str, db: Database[dict[str, Any]], tmp_path: Path
+) -> None:
+    db.orders.insert_many([{"_id": i, "amount": i} for i in range(500)])
+    migrations = tmp_path / "migrations"
+    write_background(
+        migrations,
+        body="""
+        background = {"collection": "orders", "from": 1, "to": 2, "mode": "step"}
+
+        def step(ctx):
+            after = ctx.checkpoint if ctx.checkpoint is not None else -1
+            docs = list(ctx.db.orders.find({"_id": {"$gt": after}}).sort("_id", 1).limit(50))
+            for doc in docs:
+                ctx.db.orders.update_one({"_id": doc["_id"]}, {"$set": {"cents": doc["amount"] * 100}})
+            ctx.db.calls.insert_one({"after": after})
+            last = docs[-1]["_id"] if docs else after
+            return {"checkpoint": last, "done": len(docs) < 50, "processed": len(docs),
+                    "total": 500}
+        """,
+    )
+    with make_kit(mongo_uri, db, migrations, lock_ttl_seconds=2) as kit:
+        kit.up()
+    command = [
+        sys.executable,
+        "-m",
+        "tests.integration.lane_process",
+        mongo_uri,
+        db.name,
+        str(migrations),
+        SPLIT_NAME,
+        "1",
+        "2",
+    ]
+    dying = subprocess.run(
+        command,
+        env={**os.environ, "MIGRONAUT_TEST_DIE_AT_CHECKPOINT": "4"},
+        stdout=subprocess.DEVNULL,
+        check=False,
+        timeout=120,
+    )
+    assert dying.returncode == -signal.SIGKILL
+    checkpoints = [call["after"] for call in db.calls.find().sort("_id", 1)]
+    assert checkpoints == [-1, 49, 99, 149]  # the 4th step ran, its checkpoint never landed
+    finished = subprocess.run(command, stdout=subprocess.DEVNULL, check=False, timeout=120)
+    assert finished.returncode == 0
+    checkpoints = [call["after"] for call in db.calls.find().sort("_id", 1)]
+    assert checkpoints[4] == 149  # resumed from the last checkpoint, not from the start
+    assert db.orders.count_documents({"cents": {"$exists": True}}) == 500
+    with make_kit(mongo_uri, db, migrations) as kit:
+        view = kit.background_status(SPLIT_NAME)
+    assert view["status"] == "completed"
+    assert view["totals"]["processed"] >= 500
+
+
+def test_a_step_that_returns_nonsense_fails_the_slice(
+    mongo_uri: str, db: Database[dict[str, Any]], tmp_path: Path
+) -> None:
+    migrations = tmp_path / "migrations"
+    write_background(
+        migrations,
+        body="""
+        background = {"collection": "orders", "from": 1, "to": 2, "mode": "step",
+                      "max_slice_failures": 1}
+
+        def step(ctx):
+            return {"checkpoint": "x" * 70_000, "done": False}
+        """,
+    )
+    with make_kit(mongo_uri, db, migrations) as kit:
+        kit.up()
+        with pytest.raises(BackgroundFailedError, match="checkpoint larger than 64 KiB"):
+            kit.run_background(SPLIT_NAME)
+
+
+@pytest.fixture
+def standalone_uri(tmp_path: Path) -> Iterator[str]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    dbpath = tmp_path / "standalone"
+    dbpath.mkdir()
+    process = subprocess.Popen(
+        [
+            str(find_mongod()),
+            "--port",
+            str(port),
+            "--bind_ip",
+            "127.0.0.1",
+            "--dbpath",
+            str(dbpath),
+            "--wiredTigerCacheSizeGB",
+            "0.25",
+            "--nounixsocket",
+            "--logpath",
+            str(dbpath / "log"),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    uri = f"mongodb://127.0.0.1:{port}/?directConnection=true"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with MongoClient(uri, serverSelectionTimeoutMS=500) as client:
+                    client.admin.command("ping")
+                break
+            except Exception:
+                assert time.monotonic() < deadline, "standalone mongod did not start"
+                time.sleep(0.2)
+        yield uri
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_transactions_on_a_standalone_server_fail_the_migration(
+    standalone_uri: str, tmp_path: Path
+) -> None:
+    migrations = tmp_path / "migrations"
+    write_background(migrations, body=AUDITED.format(batch_size=10))
+    with MongoClient(standalone_uri) as client:
+        client.t.users.insert_many(
+            [{"_id": i, "name": "A B", "_v": 1, "rev": 0} for i in range(20)]
+        )
+    from migronaut_core import Migronaut
+
+    with Migronaut(uri=standalone_uri, database="t", migrations_dir=str(migrations)) as kit:
+        kit.up()
+        with pytest.raises(BackgroundFailedError) as raised:
+            kit.run_background(SPLIT_NAME)
+        assert "need a replica set or a sharded cluster" in raised.value.message
+        assert kit.background_status(SPLIT_NAME)["status"] == "failed"
