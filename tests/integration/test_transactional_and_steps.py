@@ -147,7 +147,8 @@ def test_a_step_migration_resumes_from_its_checkpoint_after_kill_9(
             after = ctx.checkpoint if ctx.checkpoint is not None else -1
             docs = list(ctx.db.orders.find({"_id": {"$gt": after}}).sort("_id", 1).limit(50))
             for doc in docs:
-                ctx.db.orders.update_one({"_id": doc["_id"]}, {"$set": {"cents": doc["amount"] * 100}})
+                cents = {"$set": {"cents": doc["amount"] * 100}}
+                ctx.db.orders.update_one({"_id": doc["_id"]}, cents)
             ctx.db.calls.insert_one({"after": after})
             last = docs[-1]["_id"] if docs else after
             return {"checkpoint": last, "done": len(docs) < 50, "processed": len(docs),
