@@ -13,6 +13,9 @@ stdout (errors too, as ``{"error": {code, message, context}}``).
 :data:`NOT_COMPLETED_EXIT` (12) when it stopped paused, cancelled or blocked;
 BackgroundFailedError's code when it failed; RunAbortedError's code after Ctrl-C
 (lanes stop at their next batch; it resumes from its checkpoints next time).
+
+``background dry-run`` previews one on a few documents and writes nothing; it
+exits 0 whatever the documents would do (the report says).
 """
 
 from __future__ import annotations
@@ -122,6 +125,16 @@ def _add_background_commands(actions: Any) -> None:
     run.add_argument("--concurrency", type=int, default=1, metavar="N", help="lanes (default 1)")
     run.add_argument("--slice-ms", type=int, metavar="MS", help="time per lane slice")
     run.add_argument("--once", action="store_true", help="one coordinator round, then stop")
+
+    dry_run = action("dry-run", _bg_dry_run, "preview one on a few documents; write nothing")
+    picked = dry_run.add_mutually_exclusive_group()
+    picked.add_argument("--sample", type=int, metavar="N", help="N random documents (default 20)")
+    picked.add_argument("--first", type=int, metavar="N", help="the first N documents by _id")
+    dry_run.add_argument(
+        "--validate",
+        action="store_true",
+        help="also run the write path in a transaction that is always aborted",
+    )
 
     for name, help_text in (
         ("pause", "pause; lanes stop before their next batch"),
@@ -323,6 +336,41 @@ def _bg_run(kit: Migronaut, args: argparse.Namespace) -> int:
     else:
         _print_views([view])
     return _run_exit(view, once=args.once)
+
+
+def _bg_dry_run(kit: Migronaut, args: argparse.Namespace) -> int:
+    report = kit.dry_run_background(
+        args.name, sample=args.sample, first=args.first, validate=args.validate
+    )
+    data = report.to_dict()
+    if args.json:
+        _emit(data)
+        return 0
+    picked = f"first {report.size}" if report.method == "first" else f"sample of {report.size}"
+    state = report.status or "not registered"
+    print(
+        f"{report.migration} ({state}, {report.direction}) on {report.collection}: {picked}"
+        f"{', validated' if report.validate else ''}; nothing was written"
+    )
+    if report.file_changed:
+        print("  the file changed since it was registered: its functions ran with the stored spec")
+    for doc in data["documents"]:
+        if "error" in doc:
+            print(f"  {doc['id']}  FAILS ({doc['reason']}): {doc['error']}")
+            continue
+        changes = doc["changes"]
+        parts = [f"set {', '.join(changes['set'])}"] if changes["set"] else []
+        if changes["unset"]:
+            parts.append(f"unset {', '.join(changes['unset'])}")
+        print(f"  {doc['id']}  {'; '.join(parts)}")
+    totals = data["totals"]
+    matching = "?" if report.estimate is None else report.estimate
+    print(
+        f"{totals['documents']} document(s): {totals['would_change']} would change, "
+        f"{totals['unchanged']} unchanged, {totals['errors']} error(s); "
+        f"{'at least ' if report.at_least else ''}{matching} match in all"
+    )
+    return 0
 
 
 def _run_exit(view: dict[str, Any], *, once: bool) -> int:

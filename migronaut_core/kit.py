@@ -21,6 +21,7 @@ from migronaut_core import files
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.control import Action, ControlResult
 from migronaut_core.background.coordinator import Answer, Driver
+from migronaut_core.background.dry_run import DryRunReport
 from migronaut_core.background.events import Events, Listener
 from migronaut_core.background.lane import SliceResult
 from migronaut_core.background.service import BackgroundService
@@ -331,6 +332,46 @@ class Migronaut:
         """
         actor = Actor(requested_by=requested_by, reason=reason) if requested_by or reason else None
         return self.background.verify(on_drift=on_drift, collections=collections, actor=actor)
+
+    def dry_run_background(
+        self,
+        name: str,
+        *,
+        sample: int | None = None,
+        first: int | None = None,
+        validate: bool = False,
+        steps: int | None = None,
+        from_start: bool = False,
+    ) -> DryRunReport:
+        """Preview a background migration, registered or not, on a few documents; write nothing.
+
+        Picks ``sample`` random matching documents (20 when neither ``sample``
+        nor ``first`` is given) or the ``first`` n by ``_id`` (1 to 10,000), runs
+        the transform on copies and reports, per document, the fields the rewrite
+        would set and unset (names only) or why it would fail. A registered
+        migration is previewed with its registered spec, direction and excluded
+        documents; its state is not touched.
+
+        :param validate: also run the real write path in a snapshot transaction
+            that is always aborted: unique indexes and validators are checked
+            (failures are reported with reason ``write``).
+        :param steps: for step migrations: run this many steps in an aborted
+            transaction instead. Step dry runs are not supported by this release
+            yet (ConfigInvalidError).
+        :param from_start: for step migrations: start from no checkpoint rather
+            than the registered one (with ``steps``).
+        :raises ConfigInvalidError: ``sample`` with ``first``, a size out of
+            range, step options, or a step migration.
+        :raises TransactionsUnsupportedError: ``validate`` on a standalone server.
+        """
+        return self.background.dry_run(
+            name,
+            sample=sample,
+            first=first,
+            validate=validate,
+            steps=steps,
+            from_start=from_start,
+        )
 
     def wait_for_background_lanes(self, name: str, *, timeout_seconds: float = 120.0) -> bool:
         """Wait until no lane holds a lease; False on timeout."""

@@ -66,6 +66,7 @@ from migronaut_core.errors import (
     StoreError,
     TransactionsUnsupportedError,
 )
+from migronaut_core.runner import supports_transactions
 from migronaut_core.versioning import canonical_id_key, clone_document, stamped_diff, version_of
 
 __all__ = [
@@ -87,8 +88,9 @@ MAX_DOCUMENTS: Final = 10_000
 COUNT_CAP: Final = 1_000_000
 #: How long the count may take before the estimate is left out.
 COUNT_TIMEOUT_MS: Final = 5_000
-#: Write errors a validating dry run isolates one by one before it gives up on the rest.
-MAX_WRITE_FAILURES: Final = 100
+#: Write errors a validating dry run isolates one by one (a transaction each) before
+#: it leaves the rest unvalidated.
+MAX_WRITE_FAILURES: Final = 50
 #: Transient transaction errors (a concurrent write) a validating dry run retries.
 MAX_TRANSIENT_RETRIES: Final = 5
 #: What a transform sees as its partition in a dry run.
@@ -112,7 +114,11 @@ class DocumentPreview:
     :param unset_fields: top-level fields the update would ``$unset``.
     :param changed: the transform changed something besides the stamps.
     :param error: a value-free text, when the document would fail.
-    :param reason: ``transform``, ``shape``, ``write`` or ``conflict``, with ``error``.
+    :param reason: with ``error``: ``transform`` (it raised or returned no
+        document), ``shape`` (what it returned cannot be written), and with
+        ``validate`` also ``write`` (the server refused the update: a duplicate
+        key, a validator), ``conflict`` (the document changed meanwhile) or
+        ``unvalidated`` (too many others failed to write first).
     """
 
     id: Any
@@ -212,26 +218,12 @@ def _count_option(value: Any, key: str) -> int:
     return value
 
 
-def check_options(
-    *,
-    sample: int | None,
-    first: int | None,
-    steps: int | None,
-    from_start: bool,
-) -> tuple[Method, int]:
-    """Validate a dry run's options; return how documents are picked and how many.
+def check_options(*, sample: int | None, first: int | None) -> tuple[Method, int]:
+    """Validate how a dry run picks documents; return the method and how many.
 
-    :raises ConfigInvalidError: ``sample`` and ``first`` together, a size out of
-        1..:data:`MAX_DOCUMENTS`, or ``steps``/``from_start`` (step migrations are
-        not supported by this release yet).
+    :raises ConfigInvalidError: ``sample`` and ``first`` together, or a size out
+        of 1..:data:`MAX_DOCUMENTS`.
     """
-    if steps is not None or from_start:
-        key = "steps" if steps is not None else "from_start"
-        raise ConfigInvalidError(
-            f"dry run: `{key}` previews a step migration; step mode is not supported by this "
-            "release yet",
-            {"key": key},
-        )
     if sample is not None and first is not None:
         raise ConfigInvalidError(
             "dry run: give sample or first, not both", {"key": "sample", "conflicts": "first"}
@@ -241,6 +233,23 @@ def check_options(
     if sample is not None:
         return "sample", _count_option(sample, "sample")
     return "sample", DEFAULT_SAMPLE
+
+
+def _check_mode(name: str, spec: BackgroundSpec, *, steps: int | None, from_start: bool) -> None:
+    """Refuse step options for a declarative migration, and step migrations for now."""
+    if spec.mode == "step":
+        raise ConfigInvalidError(
+            f"dry run of {name}: dry runs of step migrations (by steps) are not supported by "
+            "this release yet",
+            {"migration": name, "key": "steps"},
+        )
+    if steps is not None or from_start:
+        key = "steps" if steps is not None else "from_start"
+        raise ConfigInvalidError(
+            f"dry run of {name}: {name} is declarative; dry-run it on a sample (sample, first), "
+            f"not by steps (`{key}`)",
+            {"migration": name, "key": key},
+        )
 
 
 # ─── Entry point ──────────────────────────────────────────────────────────────
@@ -267,34 +276,30 @@ def dry_run(
         transaction; step mode is not supported by this release yet.
     :param from_start: (step migrations) start from no checkpoint rather than
         the registered one; not supported yet either.
-    :raises ConfigInvalidError: bad options, or a step migration.
+    :raises ConfigInvalidError: bad options (before anything is read), step
+        options for a declarative migration, or a step migration.
     :raises TransactionsUnsupportedError: ``validate`` on a standalone server.
     :raises MigrationFileNotFoundError: no such migration file.
     """
-    method, size = check_options(sample=sample, first=first, steps=steps, from_start=from_start)
+    method, size = check_options(sample=sample, first=first)
     loaded = rt.load(name)
     state = rt.store.get(name, projection={"history": 0, "doc_errors": 0})
-    job = _job(rt, name, loaded, state)
-    if validate and not _supports_transactions(rt):
+    job = _job(rt, name, loaded, state, steps=steps, from_start=from_start)
+    if validate and not supports_transactions(rt.client):
         raise TransactionsUnsupportedError(
             f"dry run of {name}: validate runs the write path in a transaction, which needs a "
             "replica set or a sharded cluster; this server is standalone",
             {"migration": name},
         )
-    collection = rt.db[job.collection]
     estimate, at_least = _estimate(rt, job)
     picked = _pick(rt, job, method, size)
-    if validate:
-        previews = _validated(rt, job, picked)
-    else:
-        previews = _transformed(rt, job, picked)
+    previews = _validated(rt, job, picked) if validate else _transformed(rt, job, picked)
     report = DryRunReport(
         migration=name,
-        collection=collection.name,
+        collection=job.collection,
         direction=job.direction,
         status=None if state is None else str(state.get("status")),
-        file_changed=state is not None
-        and state.get("checksum") not in (None, loaded.checksum),
+        file_changed=state is not None and state.get("checksum") not in (None, loaded.checksum),
         method=method,
         size=size,
         validate=validate,
@@ -316,20 +321,22 @@ def dry_run(
 
 
 def _job(
-    rt: Runtime, name: str, loaded: LoadedBackground, state: Mapping[str, Any] | None
+    rt: Runtime,
+    name: str,
+    loaded: LoadedBackground,
+    state: Mapping[str, Any] | None,
+    *,
+    steps: int | None,
+    from_start: bool,
 ) -> Job:
     """The job a pass would run: the registered spec, direction and exclusions, or the file's."""
-    registered = state is not None and bool(state.get("spec"))
     spec = (
         BackgroundSpec.from_document(state["spec"], name=name)
-        if state is not None and registered
+        if state is not None and state.get("spec")
         else loaded.spec
     )
-    if spec.mode == "step" or spec.collection is None:
-        raise ConfigInvalidError(
-            f"dry run of {name}: step migrations are not supported by this release yet",
-            {"migration": name, "key": "background.mode"},
-        )
+    _check_mode(name, spec, steps=steps, from_start=from_start)
+    assert spec.collection is not None  # a declarative spec always names its collection
     direction: Direction = (
         "revert" if state is not None and state.get("direction") == "revert" else "forward"
     )
@@ -345,13 +352,6 @@ def _job(
         log=logging.getLogger(f"migronaut.background.{name}"),
         generation=int((state or {}).get("generation", 0)),
     )
-
-
-def _supports_transactions(rt: Runtime) -> bool:
-    # Imported here: the runner is the kit's layer, above the background package.
-    from migronaut_core.runner import supports_transactions  # noqa: PLC0415
-
-    return supports_transactions(rt.client)
 
 
 def _context(rt: Runtime, job: Job, session: ClientSession | None) -> TransformContext:
@@ -372,7 +372,12 @@ def _context(rt: Runtime, job: Job, session: ClientSession | None) -> TransformC
 
 
 def _hint(job: Job) -> dict[str, Any]:
-    return {} if job.hint is None else {"hint": job.hint}
+    """The version index as a command's ``hint`` option (an aggregate takes no key list)."""
+    if job.hint is None:
+        return {}
+    if isinstance(job.hint, str | Mapping):
+        return {"hint": job.hint}
+    return {"hint": dict(job.hint)}
 
 
 def _estimate(rt: Runtime, job: Job) -> tuple[int | None, bool]:
@@ -390,10 +395,7 @@ def _pick(rt: Runtime, job: Job, method: Method, size: int) -> list[Document]:
     """The documents to look at: the first ``size`` by ``_id``, or a sample in ``_id`` order."""
     collection = rt.db[job.collection]
     if method == "first":
-        cursor = collection.find(job.match, sort=[("_id", 1)], limit=size)
-        if job.hint is not None:
-            cursor = cursor.hint(job.hint)
-        return list(cursor)
+        return list(collection.find(job.match, sort=[("_id", 1)], limit=size, **_hint(job)))
     pipeline: list[dict[str, Any]] = [
         {"$match": job.match},
         {"$sample": {"size": size}},
@@ -401,8 +403,8 @@ def _pick(rt: Runtime, job: Job, method: Method, size: int) -> list[Document]:
     ]
     seen: set[str] = set()
     picked: list[Document] = []
-    with collection.aggregate(pipeline, **_hint(job)) as cursor:
-        for doc in cursor:
+    with collection.aggregate(pipeline, **_hint(job)) as sampled:
+        for doc in sampled:
             key = canonical_id_key(doc["_id"])
             if key not in seen:  # $sample may repeat a document; look at it once
                 seen.add(key)
@@ -578,7 +580,7 @@ def _validated(rt: Runtime, job: Job, picked: Sequence[Document]) -> list[Docume
                         doc_id,
                         error=f"not validated: {MAX_WRITE_FAILURES} other documents failed to "
                         "write first",
-                        reason="write",
+                        reason="unvalidated",
                     )
             break
     previews = []
@@ -642,7 +644,9 @@ def _attempt(
                 if not writable:
                     continue
                 try:
-                    result = apply_batch(job, writable, collection, ctx, session=session, strict=True)
+                    result = apply_batch(
+                        job, writable, collection, ctx, session=session, strict=True
+                    )
                 except DocumentFailedError as exc:
                     return {}, exc.error
                 _mark_unwritten(job, writable, result.left, passed, collection, session)

@@ -35,7 +35,7 @@ from migronaut_core.background.partition import IdRangePartitioner, find
 from migronaut_core.background.scrub import DOCUMENT_ERROR_CODES, error_text, write_error_text
 from migronaut_core.background.spec import BackgroundFunctions, BackgroundSpec
 from migronaut_core.background.store import BackgroundStore, Lease
-from migronaut_core.background.throttle import Throttle
+from migronaut_core.background.throttle import Throttle, ThrottleChange
 from migronaut_core.errors import BackgroundConflictError, BackgroundFailedError, MigronautError
 from migronaut_core.versioning import (
     canonical_id_key,
@@ -403,6 +403,11 @@ class PartitionContext:
     read_control: Callable[[], Document | None]
     lease_lost: Callable[[], bool]
     on_batch: Callable[[dict[str, Any]], None] | None = None
+    on_throttle: Callable[[ThrottleChange], None] | None = None
+
+    def throttle_changed(self, change: ThrottleChange | None) -> None:
+        if change is not None and self.on_throttle is not None:
+            self.on_throttle(change)
 
 
 @dataclass
@@ -454,7 +459,13 @@ def plain_batch(
         log=job.log,
         cancel=job.cancel,
     )
-    result = apply_batch(job, docs, collection, transform_ctx)
+    started = time.monotonic()
+    try:
+        result = apply_batch(job, docs, collection, transform_ctx)
+    except Exception as error:
+        ctx.throttle_changed(ctx.throttle.after_error(error, _elapsed_ms(started)))
+        raise
+    ctx.throttle_changed(ctx.throttle.after_batch(_elapsed_ms(started)))
     bad_ids, doc_errors = errors_of(result.errors)
     next_cursor = job.partitioner.advance(cursor, docs, limit=batch_size, left=result.left)
     counters = result.counters(len(docs))
@@ -465,8 +476,13 @@ def plain_batch(
         bad_ids=bad_ids,
         doc_errors=doc_errors,
         done=next_cursor is None,
+        throttle=ctx.throttle.state(),
     )
     return result, next_cursor, counters
+
+
+def _elapsed_ms(started: float) -> float:
+    return (time.monotonic() - started) * 1000
 
 
 def settle_dead_lane_batch(job: Job, ctx: PartitionContext) -> None:

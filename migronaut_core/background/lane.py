@@ -172,13 +172,8 @@ def _work(
             "owner": owner,
         },
     )
-    throttle = Throttle(
-        migration=name,
-        pause_ms=job.spec.throttle.pause_ms,
-        user_throttle=job.fns.throttle,
-        generation=state["generation"],
-        partition=str(partition["_id"]),
-        batch_size=job.spec.batch_size,
+    throttle = Throttle.for_job(
+        job, partition, client=rt.client, warn=rt.warn_once, namespace=rt.store.states.full_name
     )
     try:
         with LeaseKeeper(rt, lease) as keeper:
@@ -192,6 +187,10 @@ def _work(
                 throttle=throttle,
                 read_control=lambda: rt.store.get(name, projection=_CONTROL_FIELDS),
                 lease_lost=keeper.lost.is_set,
+                on_throttle=lambda change: rt.emit(
+                    "background:throttle",
+                    {"migration": name, "group": partition.get("group"), **change.to_dict()},
+                ),
                 on_batch=lambda info: rt.emit(
                     "background:batch",
                     {"migration": name, "partition": str(partition["_id"]), **info},

@@ -30,6 +30,8 @@ from migronaut_core.background.coordinator import (
     waiting_for,
 )
 from migronaut_core.background.driver import drive
+from migronaut_core.background.dry_run import DryRunReport
+from migronaut_core.background.dry_run import dry_run as preview
 from migronaut_core.background.events import Events
 from migronaut_core.background.lane import SliceResult, run_slice
 from migronaut_core.background.runtime import LoadedBackground, Runtime
@@ -393,6 +395,34 @@ class BackgroundService:
     def wait_for_lanes(self, name: str, *, timeout_seconds: float = 120.0) -> bool:
         self._registered(name)
         return controls.wait_for_lanes(self.runtime, name, timeout_seconds=timeout_seconds)
+
+    # -- dry runs ----------------------------------------------------------------------------
+
+    def dry_run(
+        self,
+        name: str,
+        *,
+        sample: int | None = None,
+        first: int | None = None,
+        validate: bool = False,
+        steps: int | None = None,
+        from_start: bool = False,
+    ) -> DryRunReport:
+        """Preview a background migration, registered or not, writing nothing (see :mod:`.dry_run`).
+
+        No index is ensured and no state is created: only reads, and with
+        ``validate`` a transaction that is always aborted.
+        """
+        files.validate_name(name)
+        return preview(
+            self.runtime,
+            name,
+            sample=sample,
+            first=first,
+            validate=validate,
+            steps=steps,
+            from_start=from_start,
+        )
 
 
 def _reopen_only(on_drift: str) -> drift.OnDrift:

@@ -488,6 +488,23 @@ def lag_probe_for(client: MongoClient[Any]) -> LagProbe:
         return probe
 
 
+def _adaptive_of(
+    job: Job, partition: Mapping[str, Any], namespace: str
+) -> AdaptiveController | None:
+    """The shared controller of a claimed partition's group, when the spec asks for one."""
+    if job.spec.adaptive is None:
+        return None
+    group = partition.get("group")
+    return adaptive_for(
+        job.name,
+        None if group is None else str(group),
+        job.spec.adaptive,
+        partition.get("throttle"),
+        namespace=namespace,
+        start_batch_size=job.spec.batch_size,
+    )
+
+
 # ─── The throttle of one lane ─────────────────────────────────────────────────
 
 #: A user's throttle result is capped to this (the limit of ``pause_ms``).
@@ -547,18 +564,7 @@ class Throttle:
         the partition's stored ``throttle`` state seeds a new controller).
         """
         spec = job.spec
-        adaptive = None
-        if spec.adaptive is not None:
-            group = partition.get("group")
-            adaptive = adaptive_for(
-                job.name,
-                None if group is None else str(group),
-                spec.adaptive,
-                partition.get("throttle"),
-                namespace=namespace,
-                start_batch_size=spec.batch_size,
-            )
-        lag_on = spec.throttle.max_lag_ms is not None and client is not None
+        lag_on = spec.throttle.max_lag_ms is not None
         return cls(
             migration=job.name,
             pause_ms=spec.throttle.pause_ms,
@@ -568,7 +574,7 @@ class Throttle:
             batch_size=spec.batch_size,
             max_lag_ms=spec.throttle.max_lag_ms,
             lag_probe=lag_probe_for(client) if lag_on and client is not None else None,
-            adaptive=adaptive,
+            adaptive=_adaptive_of(job, partition, namespace),
             warn=warn,
             collection=spec.collection,
         )

@@ -83,6 +83,7 @@ def _one_batch(
     if job.spec.mode == "step":
         next_cursor, counters = run_step(job, ctx, cursor)
         return None, next_cursor, counters
+    batch_size = ctx.throttle.next_batch_size()
     if job.spec.transaction is not None:
-        return transactional_batch(job, ctx, cursor, job.spec.batch_size, sizing)
-    return plain_batch(job, ctx, cursor, job.spec.batch_size)
+        return transactional_batch(job, ctx, cursor, batch_size, sizing)
+    return plain_batch(job, ctx, cursor, batch_size)
