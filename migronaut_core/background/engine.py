@@ -40,7 +40,8 @@ from migronaut_core.errors import BackgroundConflictError, BackgroundFailedError
 from migronaut_core.versioning import (
     canonical_id_key,
     clone_document,
-    occ_filter,
+    guarded_pipeline,
+    id_filter,
     revision_of,
     stamped_diff,
     version_filter,
@@ -217,10 +218,10 @@ def build_ops(
         except MigronautError as exc:
             errors.append(DocError(doc["_id"], exc.message, "shape"))
             continue
-        guard = occ_filter(
-            doc, field=spec.field, version=job.source, revision_field=spec.revision_field
+        guarded = guarded_pipeline(
+            doc, update, field=spec.field, version=job.source, revision_field=spec.revision_field
         )
-        ops.append(UpdateOne({**guard, **job.partitioner.write_filter(doc)}, update))
+        ops.append(UpdateOne({**id_filter(doc), **job.partitioner.write_filter(doc)}, guarded))
         owners.append(doc)
     return ops, owners, errors
 
@@ -235,10 +236,12 @@ def write_ops(
     write_concern: Mapping[str, Any] | None,
     session: ClientSession | None,
 ) -> tuple[int, dict[int, Document]]:
-    """Write ``ops`` unordered; return (matched, {index: write error}).
+    """Write ``ops`` unordered; return (documents modified, {index: write error}).
 
-    Only single-document errors (duplicate key, validation, …) are taken apart; a
-    write concern error or anything else fails the batch.
+    Each op changes its document only if the document is still as it was read, so
+    "modified" counts the writes that applied. Only single-document errors
+    (duplicate key, validation, …) are taken apart; a write concern error or
+    anything else fails the batch.
     """
     if not ops:
         return 0, {}
@@ -247,7 +250,7 @@ def write_ops(
         target = collection.with_options(write_concern=WriteConcern(**write_concern))
     try:
         result = target.bulk_write(list(ops), ordered=False, session=session)
-        return result.matched_count, {}
+        return result.modified_count, {}
     except BulkWriteError as exc:
         details = exc.details
         if details.get("writeConcernErrors"):
@@ -257,7 +260,7 @@ def write_ops(
             if write_error.get("code") not in DOCUMENT_ERROR_CODES:
                 raise
             failed[write_error["index"]] = write_error
-        return int(details.get("nMatched", 0)), failed
+        return int(details.get("nModified", 0)), failed
 
 
 def _by_ids(docs: Sequence[Document], partitioner: IdRangePartitioner) -> Document:
@@ -294,7 +297,7 @@ def apply_batch(
         if strict and errors:
             raise DocumentFailedError(errors[0])
         result.errors.extend(errors)
-        matched, failed = write_ops(
+        applied, failed = write_ops(
             collection, ops, write_concern=spec.write_concern, session=session
         )
         write_errors = [
@@ -309,7 +312,7 @@ def apply_batch(
             raise DocumentFailedError(write_errors[0])
         result.errors.extend(write_errors)
         written = len(ops) - len(failed)
-        if matched == written:
+        if applied == written:
             result.migrated += written
             return result
         if abort_on_conflict:

@@ -63,15 +63,18 @@ __all__ = [
     "RANGE_KIND",
     "REST_KIND",
     "BatchQuery",
+    "Count",
     "IdRangePartitioner",
     "PartitionSettings",
     "Partitioner",
     "Plan",
     "Refusal",
+    "count_matching",
     "find",
     "partition_budget",
     "sample_pipeline",
     "scopes_from_sample",
+    "timed_out",
 ]
 
 logger = logging.getLogger(__name__)
@@ -129,12 +132,19 @@ class Plan:
 
 @dataclass(frozen=True, slots=True)
 class BatchQuery:
-    """One batch read: ``filter`` sorted by ``sort``, at most ``limit``, through ``hint``."""
+    """One batch read: ``filter`` sorted by ``sort``, at most ``limit``, through ``hint``.
+
+    ``min`` and ``max`` (both or neither) bound the scan of the hinted index
+    (inclusive, exclusive), as the shard-aware partitioner reads a chunk range;
+    an empty ``sort`` reads in the index's order.
+    """
 
     filter: dict[str, Any]
     sort: list[tuple[str, int]]
     limit: int
     hint: Any | None
+    min: dict[str, Any] | None = None
+    max: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,9 +180,20 @@ def find(
     :param session: read inside this session (a transaction's, say).
     :param max_time_ms: the server's time limit for the read.
     """
-    options: dict[str, Any] = {"sort": query.sort, "limit": query.limit, "session": session}
+    # One round trip for the whole batch (the server's default first batch is 101).
+    options: dict[str, Any] = {
+        "sort": query.sort,
+        "limit": query.limit,
+        "batch_size": query.limit,
+        "session": session,
+    }
+    if not query.sort:
+        del options["sort"]
     if query.hint is not None:
         options["hint"] = _hint_document(query.hint)
+    if query.min is not None and query.max is not None:
+        options["min"] = query.min
+        options["max"] = query.max
     if max_time_ms is not None:
         options["max_time_ms"] = max_time_ms
     return list(collection.find(query.filter, **options))
@@ -400,7 +421,14 @@ class Partitioner(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class _Count:
+class Count:
+    """How many documents a pass has to rewrite, as far as planning could tell.
+
+    :param estimate: the count (capped), or the collection's size after a timeout.
+    :param at_least: the count stopped at its cap.
+    :param degraded: ``count-timeout`` when the count ran out of time, else ``None``.
+    """
+
     estimate: int
     at_least: bool
     degraded: str | None
@@ -412,8 +440,35 @@ class _Count:
         return partition_budget(self.estimate, max_partitions)
 
 
-def _timed_out(exc: OperationFailure) -> bool:
+
+def timed_out(exc: OperationFailure) -> bool:
+    """Whether a server error says the operation ran out of its time limit."""
     return isinstance(exc, ExecutionTimeout) or exc.code in _TIMEOUT_CODES
+
+
+
+def count_matching(
+    collection: Collection[Any],
+    match: dict[str, Any],
+    hint: Any | None,
+    cap: int,
+    budget_ms: int,
+) -> Count:
+    """Count matching documents up to ``cap``; on timeout, take the collection's size."""
+    try:
+        found = collection.count_documents(
+            match, limit=cap, maxTimeMS=budget_ms, **_hint_option(hint)
+        )
+    except OperationFailure as exc:
+        if not timed_out(exc):
+            raise
+        logger.warning(
+            "counting %s ran out of its %d ms budget: estimating from its size",
+            collection.full_name,
+            budget_ms,
+        )
+        return Count(collection.estimated_document_count(), False, "count-timeout")
+    return Count(found, found >= cap, None)
 
 
 def _hint_option(hint: Any | None) -> dict[str, Any]:
@@ -465,7 +520,7 @@ class IdRangePartitioner:
         try:
             rows = self._sample(collection, match, hint, settings)
         except OperationFailure as exc:
-            if not _timed_out(exc):
+            if not timed_out(exc):
                 raise
             logger.warning(
                 "sampling %s ran out of its %d ms budget: one partition this pass",
@@ -485,22 +540,9 @@ class IdRangePartitioner:
         hint: Any | None,
         cap: int,
         budget_ms: int,
-    ) -> _Count:
+    ) -> Count:
         """Count matching documents up to ``cap``; on timeout, take the collection's size."""
-        try:
-            found = collection.count_documents(
-                match, limit=cap, maxTimeMS=budget_ms, **_hint_option(hint)
-            )
-        except OperationFailure as exc:
-            if not _timed_out(exc):
-                raise
-            logger.warning(
-                "counting %s ran out of its %d ms budget: estimating from its size",
-                collection.full_name,
-                budget_ms,
-            )
-            return _Count(collection.estimated_document_count(), False, "count-timeout")
-        return _Count(found, found >= cap, None)
+        return count_matching(collection, match, hint, cap, budget_ms)
 
     def _sample(
         self,
@@ -519,14 +561,14 @@ class IdRangePartitioner:
         with cursor:
             return list(cursor)
 
-    def _single(self, collection: Collection[Any], counted: _Count, degraded: str | None) -> Plan:
+    def _single(self, collection: Collection[Any], counted: Count, degraded: str | None) -> Plan:
         return self._planned("single", collection, counted, [{"kind": ALL_KIND}], degraded)
 
     def _planned(
         self,
         method: str,
         collection: Collection[Any],
-        counted: _Count,
+        counted: Count,
         scopes: list[Scope],
         degraded: str | None,
     ) -> Plan:
