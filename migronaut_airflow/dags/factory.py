@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -59,15 +60,28 @@ def _assigns_background(node: ast.stmt) -> bool:
     return False
 
 
-def _connection_args(
-    conn_id: str, migrations_dir: str, database: str | None, config: Mapping[str, Any] | None
-) -> dict[str, Any]:
-    return {
-        "conn_id": conn_id,
-        "migrations_dir": migrations_dir,
-        "database": database,
-        "migronaut_config": dict(config or {}),
-    }
+@dataclass(frozen=True)
+class Target:
+    """Where the DAGs' tasks work: a ``mongo`` connection, the migrations, config keys.
+
+    :param migrations_dir: the migration files, as the workers see them.
+    :param conn_id: a ``mongo`` connection; its schema is the database.
+    :param database: overrides the connection's schema.
+    :param migronaut_config: further migronaut config keys (``lock_ttl_seconds``, …).
+    """
+
+    migrations_dir: str
+    conn_id: str = MigronautHook.default_conn_name
+    database: str | None = None
+    migronaut_config: Mapping[str, Any] = field(default_factory=dict)
+
+    def operator_args(self) -> dict[str, Any]:
+        return {
+            "conn_id": self.conn_id,
+            "migrations_dir": self.migrations_dir,
+            "database": self.database,
+            "migronaut_config": dict(self.migronaut_config),
+        }
 
 
 def _trigger_dags(task_id: str, upstream: Any, reason: str) -> Any:
@@ -79,11 +93,8 @@ def _trigger_dags(task_id: str, upstream: Any, reason: str) -> Any:
 
 def background_dag(
     migration: str,
+    target: Target,
     *,
-    conn_id: str = MigronautHook.default_conn_name,
-    migrations_dir: str,
-    database: str | None = None,
-    migronaut_config: Mapping[str, Any] | None = None,
     slice_ms: int | None = None,
     lane_max_slices: int | None = None,
     lane_retries: int = 3,
@@ -98,7 +109,7 @@ def background_dag(
     deferrable ``wait_for_lanes`` sensor → ``continue`` (a new run when a new pass
     or more work is needed). One active run at a time.
     """
-    connection = _connection_args(conn_id, migrations_dir, database, migronaut_config)
+    connection = target.operator_args()
     with DAG(
         dag_id=dag_id_for(migration),
         schedule=None,
@@ -128,8 +139,8 @@ def background_dag(
             migration=migration,
             generation=coordinate.output["generation"],
             plan=coordinate.output["plan"],
-            conn_id=conn_id,
-            database=database,
+            conn_id=target.conn_id,
+            database=target.database,
             poll_interval=poll_interval,
             no_lease_grace_seconds=no_lease_grace_seconds,
             timeout=sensor_timeout.total_seconds(),
@@ -149,16 +160,13 @@ def background_dag(
 
 
 def drift_dag(
+    target: Target,
     *,
-    conn_id: str = MigronautHook.default_conn_name,
-    migrations_dir: str,
-    database: str | None = None,
-    migronaut_config: Mapping[str, Any] | None = None,
     schedule: timedelta | str | None = timedelta(minutes=10),
     on_drift: str = "reopen",
 ) -> DAG:
     """``migronaut_drift``: verify completed migrations, then start DAGs that have work."""
-    connection = _connection_args(conn_id, migrations_dir, database, migronaut_config)
+    connection = target.operator_args()
     with DAG(
         dag_id="migronaut_drift",
         schedule=schedule,
@@ -174,15 +182,9 @@ def drift_dag(
     return dag
 
 
-def control_dag(
-    *,
-    conn_id: str = MigronautHook.default_conn_name,
-    migrations_dir: str,
-    database: str | None = None,
-    migronaut_config: Mapping[str, Any] | None = None,
-) -> DAG:
+def control_dag(target: Target) -> DAG:
     """``migronaut_control``: a trigger form to pause, resume, cancel, retry, repin, unlock."""
-    connection = _connection_args(conn_id, migrations_dir, database, migronaut_config)
+    connection = target.operator_args()
     with DAG(
         dag_id="migronaut_control",
         schedule=None,
@@ -206,15 +208,9 @@ def control_dag(
     return dag
 
 
-def up_dag(
-    *,
-    conn_id: str = MigronautHook.default_conn_name,
-    migrations_dir: str,
-    database: str | None = None,
-    migronaut_config: Mapping[str, Any] | None = None,
-) -> DAG:
+def up_dag(target: Target) -> DAG:
     """``migronaut_up``: apply regular migrations, register background ones, start their DAGs."""
-    connection = _connection_args(conn_id, migrations_dir, database, migronaut_config)
+    connection = target.operator_args()
     with DAG(
         dag_id="migronaut_up",
         schedule=None,
@@ -242,20 +238,19 @@ def build_dags(
     chosen = migrations_dir or os.environ.get(MIGRATIONS_DIR_ENV)
     if not chosen:
         raise ValueError("build_dags needs migrations_dir or MIGRONAUT_MIGRATIONS_DIR")
-    directory = str(Path(chosen).resolve())
-    shared = {
-        "conn_id": conn_id,
-        "migrations_dir": directory,
-        "database": database,
-        "migronaut_config": migronaut_config,
-    }
+    target = Target(
+        migrations_dir=str(Path(chosen).resolve()),
+        conn_id=conn_id,
+        database=database,
+        migronaut_config=dict(migronaut_config or {}),
+    )
     dags = [
-        drift_dag(schedule=drift_schedule, **shared),
-        control_dag(**shared),
-        up_dag(**shared),
+        drift_dag(target, schedule=drift_schedule),
+        control_dag(target),
+        up_dag(target),
         *(
-            background_dag(name, **shared, **background_options)
-            for name in background_migration_names(directory)
+            background_dag(name, target, **background_options)
+            for name in background_migration_names(target.migrations_dir)
         ),
     ]
     return {dag.dag_id: dag for dag in dags}

@@ -35,6 +35,8 @@ EVENTS = frozenset(
         "background:unblocked",
         "background:throttle",
         "background:waiting",
+        "background:watch",
+        "background:drift",
     }
 )
 
