@@ -16,6 +16,9 @@ BackgroundFailedError's code when it failed; RunAbortedError's code after Ctrl-C
 
 ``background dry-run`` previews one on a few documents and writes nothing; it
 exits 0 whatever the documents would do (the report says).
+
+``migronaut converge`` creates the version index of every declared collection
+(``collections`` / ``collections_dir``) and reports what it created; it never drops.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from typing import Any
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.control import ControlResult
 from migronaut_core.config import load_config
+from migronaut_core.converge import ConvergeReport
 from migronaut_core.errors import MigronautError, NotAppliedError, RunAbortedError
 from migronaut_core.kit import Migronaut
 from migronaut_core.runner import RunResult, StatusRow
@@ -78,6 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = commands.add_parser("status", help="list migrations and whether they are applied")
     status.add_argument("--json", action="store_true", help="print JSON")
+
+    converge = commands.add_parser(
+        "converge", help="create the version index of every declared collection"
+    )
+    converge.add_argument("--json", action="store_true", help="print JSON")
 
     create = commands.add_parser("create", help="create a migration file from a template")
     create.add_argument("title", help='e.g. "split user names"')
@@ -198,6 +207,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             _print_run(result, as_json=args.json)
         elif args.command == "status":
             _print_status(kit.status(), as_json=args.json)
+        elif args.command == "converge":
+            _print_converge(kit.converge(), as_json=args.json)
         elif args.command == "create":
             path = kit.create(args.title, background=args.background)
             _emit({"path": str(path), "name": path.stem} if args.json else f"created {path}")
@@ -221,6 +232,25 @@ def _print_run(result: RunResult, *, as_json: bool) -> None:
         print(f"{item.status:<10} {item.name}  ({item.duration_ms} ms)")
     if result.stopped_at is not None:
         print(f"stopped    {result.stopped_at} waits for background migrations")
+
+
+def _print_converge(report: ConvergeReport, *, as_json: bool) -> None:
+    if as_json:
+        _emit(report.to_dict())
+        return
+    if not report.collections:
+        print("no declared collections")
+        return
+    for item in report.collections:
+        if item.action == "skipped":
+            print(f"skipped  {item.collection}  (no versioning declared)")
+            continue
+        pattern = ", ".join(f"{name}: {kind}" for name, kind in (item.index or {}).items())
+        shard = "  [shard key]" if item.sharding == "shard" and item.note is None else ""
+        print(f"{item.action:<8} {item.collection}  {item.name}  {{{pattern}}}{shard}")
+        if item.note:
+            print(f"         {item.note}")
+    print(f"{len(report.created)} index(es) created")
 
 
 def _print_status(rows: list[StatusRow], *, as_json: bool) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from pymongo.uri_parser import parse_uri
 
+from migronaut_core.definitions import check_inline
 from migronaut_core.errors import ConfigInvalidError
 
 CONFIG_FILE = "migronaut.toml"
@@ -54,6 +55,13 @@ class Config:
         one transaction (needs a replica set or sharded cluster).
     :param background_inline: drive background migrations to completion inside ``up``.
     :param server_selection_timeout_ms: how long to look for a usable server.
+    :param collections: inline collection definitions, ``{name: {"versioning":
+        {"field", "revision_field"}}}`` (see :mod:`migronaut_core.definitions`).
+    :param collections_dir: a directory of collection definition files
+        (``<name>.toml`` or ``<name>.py``); a relative path is resolved like
+        ``migrations_dir``.
+    :param background_shard_aware: ``"auto"`` splits a sharded collection along
+        its shard key when it can; ``"off"`` keeps ``_id`` ranges everywhere.
     """
 
     uri: str = "mongodb://127.0.0.1:27017"
@@ -66,6 +74,9 @@ class Config:
     use_transaction: bool = False
     background_inline: bool = False
     server_selection_timeout_ms: int = 10_000
+    collections: Mapping[str, Any] | None = dataclasses.field(default=None, hash=False)
+    collections_dir: Path | None = None
+    background_shard_aware: str = "auto"
 
     @property
     def background_collections(self) -> BackgroundCollections:
@@ -127,7 +138,15 @@ _FIELD_TYPES: Mapping[str, tuple[type, ...]] = {
     "use_transaction": (bool,),
     "background_inline": (bool,),
     "server_selection_timeout_ms": (int,),
+    "collections": (Mapping,),
+    "collections_dir": (str, Path),
+    "background_shard_aware": (str,),
 }
+
+#: Keys holding a path, resolved against the directory of the source that set them.
+_PATH_KEYS = ("migrations_dir", "collections_dir")
+#: What ``background_shard_aware`` may be.
+SHARD_AWARE_MODES = ("auto", "off")
 
 
 def load_config(
@@ -150,8 +169,10 @@ def load_config(
     for source, settings, relative_to in _sources(base, env, config_file, overrides):
         for key, value in settings.items():
             values[key] = _checked(key, value, source)
-            if key == "migrations_dir":
+            if key in _PATH_KEYS:
                 values[key] = (relative_to / Path(value)).resolve()
+            elif key == "collections":
+                values[key] = dict(value)
     if "migrations_dir" not in values:
         values["migrations_dir"] = (base / "migrations").resolve()
     config = Config(**values)
@@ -257,6 +278,12 @@ def _check_values(config: Config) -> None:
             "server_selection_timeout_ms must be between 100 and 600000",
             {"key": "server_selection_timeout_ms"},
         )
+    if config.background_shard_aware not in SHARD_AWARE_MODES:
+        raise ConfigInvalidError(
+            "background_shard_aware must be 'auto' or 'off'", {"key": "background_shard_aware"}
+        )
+    if config.collections is not None:
+        check_inline(config.collections, reserved=config.bookkeeping_collections)
 
 
 def _check_collection_name(key: str, name: str) -> None:
@@ -275,6 +302,8 @@ def replace(config: Config, **changes: Any) -> Config:
     """Return ``config`` with ``changes`` applied and validated again."""
     for key, value in changes.items():
         _checked(key, value, "arguments")
+        if key in _PATH_KEYS:
+            changes[key] = Path(value)
     updated = dataclasses.replace(config, **changes)
     _check_values(updated)
     return updated

@@ -22,6 +22,7 @@ call again may succeed without anyone changing anything::
     │   └── LockLostError (LeaseLost)         retryable
     ├── StoreError                            MongoDB itself failed us
     │   ├── ConnectionFailedError             retryable
+    │   ├── ShardMetadataError                retryable: chunks read mid-change
     │   └── TransactionsUnsupportedError
     ├── ServerUnavailableError                no MongoDB to test or demo against
     └── BackgroundError
@@ -165,6 +166,13 @@ class ConnectionFailedError(StoreError):
     retryable = True
 
 
+class ShardMetadataError(StoreError):
+    """A sharded collection's chunk metadata did not hold together (read while it changed)."""
+
+    code = "SHARD_METADATA"
+    retryable = True
+
+
 class TransactionsUnsupportedError(StoreError):
     code = "TRANSACTIONS_UNSUPPORTED"
 
@@ -231,6 +239,7 @@ __all__ = [
     "NotAppliedError",
     "RunAbortedError",
     "ServerUnavailableError",
+    "ShardMetadataError",
     "StoreError",
     "TransactionsUnsupportedError",
 ]

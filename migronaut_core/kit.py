@@ -25,8 +25,10 @@ from migronaut_core.background.dry_run import DryRunReport
 from migronaut_core.background.events import Events, Listener
 from migronaut_core.background.lane import SliceResult
 from migronaut_core.background.service import BackgroundService
+from migronaut_core.background.watch import Watcher
 from migronaut_core.changelog import Actor
 from migronaut_core.config import Config, load_config
+from migronaut_core.converge import ConvergeReport
 from migronaut_core.errors import ConfigInvalidError, ConnectionFailedError
 from migronaut_core.lock import LockInfo
 from migronaut_core.runner import (
@@ -194,6 +196,19 @@ class Migronaut:
         """Return who holds the run lock, if anyone ever took it."""
         return self.runner.run_lock(Actor()).inspect()
 
+    def converge(self) -> ConvergeReport:
+        """Create the version index of every declared collection (``collections``,
+        ``collections_dir``) that declares versioning.
+
+        ``{field: 1, _id: 1}``, or on a sharded collection the variant carrying
+        the shard key (see :mod:`migronaut_core.converge`). Creates, never drops;
+        idempotent.
+
+        :returns: what was created and what existed, collection by collection.
+        :raises ConfigInvalidError: the collection definitions do not load.
+        """
+        return self.background.converge()
+
     # -- background migrations ------------------------------------------------------------
 
     def on(self, event: str, listener: Listener) -> Callable[[], None]:
@@ -332,6 +347,52 @@ class Migronaut:
         """
         actor = Actor(requested_by=requested_by, reason=reason) if requested_by or reason else None
         return self.background.verify(on_drift=on_drift, collections=collections, actor=actor)
+
+    def watch_background(
+        self,
+        *,
+        collections: list[str] | None = None,
+        on_drift: str = "reopen",
+        cancel: CancelToken | None = None,
+        batch_size: int = 100,
+        batch_ms: int = 200,
+        refresh_seconds: float = 10.0,
+        leader_retry_seconds: float | None = None,
+    ) -> Watcher:
+        """Start the live drift watcher in background threads and return its handle.
+
+        One change stream per collection with a completed forward background
+        migration (or per one of ``collections``), led by one process at a time
+        across all processes (the ``watch:<collection>`` lock; the others stand
+        by and take over when the leader dies). Old-shape writes are upgraded
+        moments after they land, through the lanes' write path; at-least-once
+        (the resume token is saved after each batch). ``on_drift``: what to do
+        with old-shape documents it cannot upgrade itself — those found by the
+        probe of a fresh start, or whose upgrade failed: ``reopen`` the
+        migration or only ``report`` them.
+
+        :returns: a :class:`~migronaut_core.background.watch.Watcher` with
+            ``running``, ``status()`` and ``stop()``; ``cancel`` stops it too.
+        :raises ConfigInvalidError: a bad option, or a standalone server (no
+            change streams: keep drift mode ``poll``).
+        """
+        return self.background.watch(
+            collections=collections,
+            on_drift=on_drift,
+            cancel=cancel,
+            batch_size=batch_size,
+            batch_ms=batch_ms,
+            refresh_seconds=refresh_seconds,
+            leader_retry_seconds=leader_retry_seconds,
+        )
+
+    def background_watch_status(self, collection: str | None = None) -> Any:
+        """What the drift watchers recorded: state, leader, counters, last event.
+
+        One row per watched collection (or the one asked for, None when it has
+        none); never the resume token.
+        """
+        return self.background.watch_status(collection)
 
     def dry_run_background(
         self,

@@ -23,9 +23,15 @@ import pendulum
 
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.engine import Direction, Job
-from migronaut_core.background.partition import IdRangePartitioner, Plan
+from migronaut_core.background.partition import IdRangePartitioner, Partitioner, Plan
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.scrub import error_text
+from migronaut_core.background.shard import (
+    UNKNOWN,
+    KeyedIdRangePartitioner,
+    ShardPartitioner,
+    sharded_version_index_key,
+)
 from migronaut_core.background.spec import (
     TERMINAL,
     BackgroundSpec,
@@ -50,6 +56,9 @@ POLL_MS = 5_000
 
 _DEGRADED = {
     "sample-timeout": "the sample ran out of time; some ranges stay whole this pass (fewer lanes)",
+    "sample-failed": "the server could not sample shard keys; partitions follow chunk boundaries",
+    "ungrouped": "more runs of chunks than max_partitions; merged blocks span shards and are "
+    "not capped by shard_concurrency",
 }
 
 
@@ -113,13 +122,33 @@ def version_index_key(spec: BackgroundSpec) -> list[tuple[str, int]]:
     return [(spec.field, 1), ("_id", 1)]
 
 
+def same_index_key(live: Mapping[str, Any], wanted: Sequence[tuple[str, Any]]) -> bool:
+    """Whether an index's key pattern is ``wanted``: same fields, order and directions."""
+    have = list(live.items())
+    if len(have) != len(wanted):
+        return False
+    for (name, kind), (wanted_name, wanted_kind) in zip(have, wanted, strict=True):
+        if name != wanted_name or _direction(kind) != _direction(wanted_kind):
+            return False
+    return True
+
+
+def _direction(kind: Any) -> Any:
+    """An index key's direction, comparable across numeric types (``1``, ``1.0``, ``Int64(1)``)."""
+    if isinstance(kind, int | float) and not isinstance(kind, bool):
+        return float(kind)
+    return str(kind)
+
+
+def _has_index(rt: Runtime, collection: str, wanted: Sequence[tuple[str, Any]]) -> bool:
+    return any(same_index_key(key, wanted) for key in rt.index_keys(collection))
+
+
 def version_hint(rt: Runtime, spec: BackgroundSpec) -> list[tuple[str, int]] | None:
     """The version index to hint, when the collection has it; warn once when it does not."""
     assert spec.collection is not None
-    wanted = dict(version_index_key(spec))
-    for key in rt.index_keys(spec.collection):
-        if list(key.items()) == list(wanted.items()):
-            return version_index_key(spec)
+    if _has_index(rt, spec.collection, version_index_key(spec)):
+        return version_index_key(spec)
     rt.warn_once(
         f"index:{spec.collection}",
         "%s has no {%s: 1, _id: 1} index: background migrations over it scan the collection "
@@ -130,6 +159,117 @@ def version_hint(rt: Runtime, spec: BackgroundSpec) -> list[tuple[str, int]] | N
     return None
 
 
+def probe_hint(rt: Runtime, spec: BackgroundSpec) -> list[tuple[str, Any]] | None:
+    """The index a drift probe (one equality on the version field) reads through.
+
+    The version index; else any index led by the version field ascending — on a
+    sharded collection, the version index that carries the shard key; else none
+    (warned once, as :func:`version_hint` does).
+    """
+    assert spec.collection is not None
+    if _has_index(rt, spec.collection, version_index_key(spec)):
+        return version_index_key(spec)
+    for key in rt.index_keys(spec.collection):
+        first = next(iter(key.items()), None)
+        if first is not None and first[0] == spec.field and _direction(first[1]) == 1.0:
+            return list(key.items())
+    return version_hint(rt, spec)
+
+
+@dataclass(frozen=True, slots=True)
+class Splitting:
+    """How a job splits and reads its collection.
+
+    :param partitioner: plans and reads the partitions.
+    :param hint: the index every read goes through (``None``: none to hint).
+    :param sharding: what status says: ``{"mode": "off"}``, ``{"mode":
+        "untargeted", "key"?}`` or ``{"mode": "shard", "key"}``.
+    """
+
+    partitioner: Partitioner
+    hint: Any | None
+    sharding: dict[str, Any]
+
+
+def partitioner_for(rt: Runtime, spec: BackgroundSpec, direction: Direction) -> Splitting:
+    """Choose how a background migration's collection is split.
+
+    Along the shard key (:class:`~migronaut_core.background.shard.ShardPartitioner`)
+    on a sharded collection whose key can be read and whose sharded version
+    index exists; by ``_id`` everywhere else — ``untargeted`` (said once per
+    process) when the collection is sharded but that is not possible, with
+    writes still carrying the shard key when it is known. Step migrations,
+    ``background_shard_aware = "off"`` and unsharded deployments split by
+    ``_id`` without asking anything of the cluster.
+    """
+    if spec.mode == "step":
+        return Splitting(IdRangePartitioner(), None, {"mode": "off"})
+    assert spec.collection is not None
+    if rt.shard_aware == "off" or not rt.shards.is_sharded():
+        return Splitting(IdRangePartitioner(), version_hint(rt, spec), {"mode": "off"})
+    facts = rt.shards.sharding_of(f"{rt.db.name}.{spec.collection}")
+    if facts is None:
+        return Splitting(IdRangePartitioner(), version_hint(rt, spec), {"mode": "off"})
+    if facts is UNKNOWN:
+        rt.warn_once(
+            f"shard-unknown:{spec.collection}",
+            "%s: its shard key cannot be read (config needs clusterMonitor); background "
+            "migrations over it are not shard-aware",
+            spec.collection,
+        )
+        return Splitting(IdRangePartitioner(), version_hint(rt, spec), {"mode": "untargeted"})
+    key = facts.key
+    untargeted = {"mode": "untargeted", "key": key.to_document()}
+    index = sharded_version_index_key(spec.field, key)
+    stamped = {spec.field, spec.revision_field}
+    if any(name in stamped for name in key.names):
+        rt.warn_once(
+            f"shard-stamp:{spec.collection}",
+            "%s: its shard key holds the version or revision field; background migrations "
+            "over it are not shard-aware",
+            spec.collection,
+        )
+        return Splitting(KeyedIdRangePartitioner(key), version_hint(rt, spec), untargeted)
+    if not _has_index(rt, spec.collection, index):
+        rt.warn_once(
+            f"shard-index:{spec.collection}",
+            "%s is sharded but has no %s index: background migrations over it are not "
+            "shard-aware (declare versioning and converge)",
+            spec.collection,
+            "{" + ", ".join(f"{name}: {kind!r}" for name, kind in index) + "}",
+        )
+        return Splitting(KeyedIdRangePartitioner(key), version_hint(rt, spec), untargeted)
+    partitioner = ShardPartitioner(
+        facts,
+        field=spec.field,
+        source=spec.source_version(direction),
+        chunks=lambda: rt.shards.chunks_of(facts),
+    )
+    return Splitting(partitioner, index, {"mode": "shard", "key": key.to_document()})
+
+
+def sharding_of(job: Job, plan: Plan) -> dict[str, Any] | None:
+    """What a plan records of its shard-awareness, for status (``None`` when off)."""
+    mode = job.sharding.get("mode")
+    if mode in (None, "off"):
+        return None
+    if mode == "untargeted":
+        return dict(job.sharding)
+    groups = {scope["group"] for scope in plan.partitions if "group" in scope}
+    return {"mode": plan.method, "key": job.sharding.get("key"), "groups": len(groups)}
+
+
+def plan_is_stale(job: Job, plan: Mapping[str, Any] | None) -> bool:
+    """Whether a committed plan cannot be worked by this job: made by another
+    partitioner (shard-awareness changed), or before a reshard."""
+    if plan is None or job.spec.mode == "step":
+        return False
+    made_by = plan.get("partitioner")
+    if made_by is not None and made_by != job.partitioner.id:
+        return True
+    return job.partitioner.stale(plan.get("epoch"))
+
+
 def job_for(
     rt: Runtime, name: str, state: Mapping[str, Any], cancel: CancelToken | None = None
 ) -> Job:
@@ -138,7 +278,7 @@ def job_for(
     :raises ChecksumMismatchError: the file changed since it was registered (a
         deploy in progress, or an edit that needs ``repin``).
     """
-    loaded = rt.load(name)
+    loaded = rt.load(name, tolerant=True)
     registered = state.get("checksum")
     if registered is not None and loaded.checksum != registered:
         raise ChecksumMismatchError(
@@ -154,17 +294,19 @@ def job_for(
         if step_mode
         else exclude_bad_ids(match_of(spec, direction), list(state.get("bad_ids") or []))
     )
+    splitting = partitioner_for(rt, spec, direction)
     return Job(
         name=name,
         spec=spec,
         fns=loaded.fns,
         direction=direction,
         match=match,
-        partitioner=IdRangePartitioner(),
-        hint=None if step_mode else version_hint(rt, spec),
+        partitioner=splitting.partitioner,
+        hint=splitting.hint,
         log=logging.getLogger(f"migronaut.background.{name}"),
         generation=int(state.get("generation", 0)),
         cancel=cancel or CancelToken(),
+        sharding=splitting.sharding,
     )
 
 
@@ -243,6 +385,24 @@ def _coordinate_pass(
     for _ in range(job.spec.max_passes + 2):
         if cancel.cancelled:
             return _retry_soon(rt, "stopping")
+        # Resharded (or its shard-awareness changed) since this plan: its ranges mean
+        # nothing now. Re-split the same pass; the version filter skips what is done.
+        if state.get("phase") == "process" and plan_is_stale(job, state.get("plan")):
+            log.warning(
+                "%s: its plan no longer fits %s (resharded, or shard-awareness changed); "
+                "replanning",
+                name,
+                job.collection,
+            )
+            state = (
+                rt.store.cas(
+                    name,
+                    {"phase": "process", "plan.token": state["plan"]["token"]},
+                    {"$set": {"phase": "replan"}},
+                )
+                or rt.store.get(name)
+                or state
+            )
         replanning = state.get("phase") == "replan"
         if replanning and state.get("plan") is not None:
             plan_token = state["plan"]["token"]
@@ -306,6 +466,7 @@ def plan_pass(
             hint=job.hint,
             max_parallel=spec.max_parallel,
             settings=spec.partitions,
+            shard_concurrency=spec.shard_concurrency,
         )
     pass_number = int(state.get("pass", 0)) + (1 if new_pass else 0)
     expected: dict[str, Any] = {"status": {"$in": ["pending", "running"]}}
@@ -322,6 +483,11 @@ def plan_pass(
         plan_fields["at_least"] = True
     if plan.degraded:
         plan_fields["degraded"] = plan.degraded
+    if plan.epoch:
+        plan_fields["epoch"] = plan.epoch
+    sharding = None if spec.mode == "step" else sharding_of(job, plan)
+    if sharding is not None:
+        plan_fields["sharding"] = sharding
     committed = rt.store.commit_plan(
         state["_id"],
         generation=int(state.get("generation", 0)),

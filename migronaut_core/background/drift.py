@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from migronaut_core.background.control import control
-from migronaut_core.background.coordinator import version_hint
+from migronaut_core.background.coordinator import probe_hint
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.spec import BackgroundSpec, exclude_bad_ids, match_of
 from migronaut_core.changelog import Actor
@@ -72,7 +72,7 @@ def _has_old_shape(rt: Runtime, spec: BackgroundSpec, bad_ids: list[Any]) -> boo
     assert spec.collection is not None
     match = exclude_bad_ids(match_of(spec, "forward"), bad_ids)
     options: dict[str, Any] = {"projection": {"_id": 1}}
-    hint = version_hint(rt, spec)
+    hint = probe_hint(rt, spec)
     if hint is not None:
         options["hint"] = hint
     return rt.db[spec.collection].find_one(match, **options) is not None

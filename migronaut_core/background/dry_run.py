@@ -39,7 +39,7 @@ from pymongo.errors import ExecutionTimeout, PyMongoError
 from pymongo.read_concern import ReadConcern
 
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.coordinator import version_hint
+from migronaut_core.background.coordinator import partitioner_for
 from migronaut_core.background.engine import (
     DocError,
     DocumentFailedError,
@@ -48,7 +48,6 @@ from migronaut_core.background.engine import (
     apply_batch,
     transform_all,
 )
-from migronaut_core.background.partition import IdRangePartitioner
 from migronaut_core.background.runtime import LoadedBackground, Runtime
 from migronaut_core.background.scrub import error_text
 from migronaut_core.background.spec import (
@@ -341,14 +340,16 @@ def _job(
         "revert" if state is not None and state.get("direction") == "revert" else "forward"
     )
     bad_ids = list((state or {}).get("bad_ids") or [])
+    # The preview refuses what lanes refuse (a transform that changes a shard key).
+    splitting = partitioner_for(rt, spec, direction)
     return Job(
         name=name,
         spec=spec,
         fns=loaded.fns,
         direction=direction,
         match=exclude_bad_ids(match_of(spec, direction), bad_ids),
-        partitioner=IdRangePartitioner(),
-        hint=version_hint(rt, spec),
+        partitioner=splitting.partitioner,
+        hint=splitting.hint,
         log=logging.getLogger(f"migronaut.background.{name}"),
         generation=int((state or {}).get("generation", 0)),
     )

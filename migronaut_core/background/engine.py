@@ -31,7 +31,7 @@ from pymongo.errors import BulkWriteError
 from pymongo.write_concern import WriteConcern
 
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.partition import IdRangePartitioner, find
+from migronaut_core.background.partition import Partitioner, find
 from migronaut_core.background.scrub import DOCUMENT_ERROR_CODES, error_text, write_error_text
 from migronaut_core.background.spec import BackgroundFunctions, BackgroundSpec
 from migronaut_core.background.store import BackgroundStore, Lease
@@ -61,12 +61,15 @@ class Job:
     fns: BackgroundFunctions
     direction: Direction
     match: Document
-    partitioner: IdRangePartitioner
+    partitioner: Partitioner
     hint: Any | None
     log: logging.Logger
     generation: int = 0
     partition_id: Any = None
     cancel: CancelToken = field(default_factory=CancelToken)
+    #: How the collection is split, for the plan and status: ``{"mode": "off"}``
+    #: unless it is sharded (see :func:`~migronaut_core.background.coordinator.partitioner_for`).
+    sharding: dict[str, Any] = field(default_factory=lambda: {"mode": "off"})
 
     @property
     def collection(self) -> str:
@@ -263,7 +266,7 @@ def write_ops(
         return int(details.get("nModified", 0)), failed
 
 
-def _by_ids(docs: Sequence[Document], partitioner: IdRangePartitioner) -> Document:
+def _by_ids(docs: Sequence[Document], partitioner: Partitioner) -> Document:
     """A filter for exactly these documents (with their shard keys when there are any)."""
     branches = [{"_id": doc["_id"], **partitioner.write_filter(doc)} for doc in docs]
     if any(len(branch) > 1 for branch in branches):
@@ -470,7 +473,9 @@ def plain_batch(
         raise
     ctx.throttle_changed(ctx.throttle.after_batch(_elapsed_ms(started)))
     bad_ids, doc_errors = errors_of(result.errors)
-    next_cursor = job.partitioner.advance(cursor, docs, limit=batch_size, left=result.left)
+    # Read and not rewritten: a draining partition steps over them.
+    left = [*result.left, *bad_ids]
+    next_cursor = job.partitioner.advance(cursor, docs, limit=batch_size, left=left)
     counters = result.counters(len(docs))
     ctx.store.checkpoint(
         ctx.lease,

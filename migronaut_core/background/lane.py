@@ -27,7 +27,12 @@ from typing import Any
 import pendulum
 
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.coordinator import assert_transactions, fail_state, job_for
+from migronaut_core.background.coordinator import (
+    assert_transactions,
+    fail_state,
+    job_for,
+    plan_is_stale,
+)
 from migronaut_core.background.engine import Job, PartitionContext, PartitionResult, add_counters
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.scrub import error_text
@@ -111,6 +116,9 @@ def run_slice(
     if status != "running" or state.get("phase") != "process" or state.get("plan") is None:
         return SliceResult("exhausted" if status == "completed" else "stale")
     job = job_for(rt, name, state, token)
+    # A plan made before a reshard (or by another partitioner): the coordinator re-splits first.
+    if plan_is_stale(job, state["plan"]):
+        return SliceResult("stale")
     assert_transactions(rt, name, job.spec)
     deadline = time.monotonic() + (slice_ms if slice_ms is not None else job.spec.slice_ms) / 1000
     counters: dict[str, int] = {}
@@ -127,6 +135,8 @@ def run_slice(
             max_parallel=job.spec.max_parallel,
             ttl_ms=rt.ttl_ms,
             owner=owner,
+            # Lanes per shard, on partitions that belong to one.
+            shard_concurrency=job.spec.shard_concurrency if job.partitioner.id == "shard" else None,
         )
         if claim.exhausted:
             return SliceResult("exhausted", counters)
@@ -193,7 +203,12 @@ def _work(
                 ),
                 on_batch=lambda info: rt.emit(
                     "background:batch",
-                    {"migration": name, "partition": str(partition["_id"]), **info},
+                    {
+                        "migration": name,
+                        "partition": str(partition["_id"]),
+                        **({"group": partition["group"]} if "group" in partition else {}),
+                        **info,
+                    },
                 ),
             )
             result = process_partition(job, context, rt.store)

@@ -440,11 +440,9 @@ class Count:
         return partition_budget(self.estimate, max_partitions)
 
 
-
 def timed_out(exc: OperationFailure) -> bool:
     """Whether a server error says the operation ran out of its time limit."""
     return isinstance(exc, ExecutionTimeout) or exc.code in _TIMEOUT_CODES
-
 
 
 def count_matching(

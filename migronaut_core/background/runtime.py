@@ -12,13 +12,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pymongo import MongoClient
 from pymongo.database import Database
 from pymongo.errors import PyMongoError
 
 from migronaut_core.background.events import Events
+from migronaut_core.background.shard import ShardCatalog
 from migronaut_core.background.spec import BackgroundFunctions, BackgroundSpec
 from migronaut_core.background.store import BackgroundStore
 from migronaut_core.lock import MongoLock
@@ -41,7 +42,14 @@ class LoadedBackground:
     description: str | None = None
 
 
-Loader = Callable[[str], LoadedBackground]
+class Loader(Protocol):
+    """Loads a background migration file by name.
+
+    ``tolerant``: for a registered migration, whose stored spec stands —
+    collection definitions that do not load are warned about and passed over.
+    """
+
+    def __call__(self, name: str, *, tolerant: bool = False) -> LoadedBackground: ...
 
 
 @dataclass
@@ -56,10 +64,24 @@ class Runtime:
     lock_collection: str
     ttl_seconds: float
     on_completed: Callable[[str], None] | None = None
+    #: Where shard keys and chunks are read (built from ``client`` when not given).
+    catalog: ShardCatalog | None = None
+    #: ``auto``: split sharded collections along their shard key; ``off``: by ``_id``.
+    shard_aware: str = "auto"
     _warned: set[str] = field(default_factory=set)
     _index_cache: dict[str, tuple[float, list[dict[str, Any]]]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _transactions: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.catalog is None:
+            self.catalog = ShardCatalog(self.client)
+
+    @property
+    def shards(self) -> ShardCatalog:
+        """The cluster's shard metadata reader."""
+        assert self.catalog is not None  # set by __post_init__
+        return self.catalog
 
     @property
     def ttl_ms(self) -> int:
@@ -108,5 +130,7 @@ class Runtime:
         return self._transactions
 
     def forget_indexes(self, collection: str) -> None:
+        """Read a collection's indexes afresh next time, and warn about them again."""
         with self._lock:
             self._index_cache.pop(collection, None)
+            self._warned = {key for key in self._warned if not key.endswith(f":{collection}")}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,7 @@ from pymongo.database import Database
 from migronaut_core import files
 from migronaut_core.background import control as controls
 from migronaut_core.background import drift
+from migronaut_core.background import watch as watching
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.coordinator import (
     Answer,
@@ -40,6 +41,9 @@ from migronaut_core.background.store import BackgroundStore
 from migronaut_core.background.views import history_view, partition_view, state_view
 from migronaut_core.changelog import Actor
 from migronaut_core.config import Config
+from migronaut_core.converge import ConvergeReport
+from migronaut_core.converge import converge as converge_collections
+from migronaut_core.definitions import CollectionDefinition, Versioning, load_definitions
 from migronaut_core.errors import (
     BackgroundPendingError,
     ConfigInvalidError,
@@ -77,10 +81,12 @@ class BackgroundService:
             lock_collection=config.lock_collection,
             ttl_seconds=config.lock_ttl_seconds,
             on_completed=self._unblock_dependents,
+            shard_aware=config.background_shard_aware,
         )
         self._cache: dict[str, LoadedBackground] = {}
         self._cache_lock = threading.Lock()
         self._indexed = False
+        self._definitions: dict[str, CollectionDefinition] | None = None
 
     @property
     def migrations_dir(self) -> Path:
@@ -94,25 +100,96 @@ class BackgroundService:
 
     # -- loading files ---------------------------------------------------------------------
 
-    def load(self, name: str) -> LoadedBackground:
-        """A background migration file, resolved and validated; cached by checksum."""
+    def load(self, name: str, *, tolerant: bool = False) -> LoadedBackground:
+        """A background migration file, resolved and validated; cached by checksum.
+
+        :param tolerant: for a registered migration (whose stored spec stands):
+            collection definitions that do not load are warned about and passed over.
+        """
         file = files.find(self.migrations_dir, name)
         checksum = file.checksum()
         with self._cache_lock:
             hit = self._cache.get(name)
         if hit is not None and hit.checksum == checksum:
             return hit
-        loaded = self.resolve(files.load(file))
-        with self._cache_lock:
-            self._cache[name] = loaded
+        migration = files.load(file)
+        try:
+            declared, complete = self._declared(migration), True
+        except ConfigInvalidError as exc:
+            if not tolerant:
+                raise
+            self.runtime.warn_once(
+                f"definitions:{name}",
+                "the collection definitions do not load (%s); %s goes by the spec it was "
+                "registered with",
+                exc.message,
+                name,
+            )
+            declared, complete = None, False
+        loaded = self._resolved(migration, declared)
+        if complete:  # never remember a file resolved without its definitions
+            with self._cache_lock:
+                self._cache[name] = loaded
         return loaded
 
+    # -- collection definitions -----------------------------------------------------------
+
+    def definitions(self) -> list[CollectionDefinition]:
+        """The declared collections (read once per service).
+
+        :raises ConfigInvalidError: a definition or definition file is malformed.
+        """
+        if self._definitions is None:
+            found = load_definitions(
+                self.config.collections,
+                self.config.collections_dir,
+                reserved=self.config.bookkeeping_collections,
+            )
+            self._definitions = {definition.name: definition for definition in found}
+        return list(self._definitions.values())
+
+    def versioning_of(self, collection: str) -> Versioning | None:
+        """A declared collection's versioning, or ``None``.
+
+        :raises ConfigInvalidError: the definitions do not load.
+        """
+        if self.config.collections is None and self.config.collections_dir is None:
+            return None
+        self.definitions()
+        assert self._definitions is not None
+        definition = self._definitions.get(collection)
+        return None if definition is None else definition.versioning
+
+    def converge(self) -> ConvergeReport:
+        """Create the version index of every declared collection; never drops one.
+
+        See :func:`migronaut_core.converge.converge`.
+        """
+        report = converge_collections(self.runtime, self.definitions())
+        for collection in report.collections:
+            self.runtime.forget_indexes(collection.collection)
+        return report
+
     def resolve(self, migration: LoadedMigration) -> LoadedBackground:
+        """Resolve a background migration file against its collection's declared versioning.
+
+        :raises ConfigInvalidError: the spec is invalid, contradicts the declared
+            versioning, or the definitions do not load.
+        """
+        return self._resolved(migration, self._declared(migration))
+
+    def _resolved(
+        self, migration: LoadedMigration, declared: Versioning | None
+    ) -> LoadedBackground:
         if migration.kind != "background":
             raise MigrationInvalidExportError(
                 f"{migration.name} is not a background migration", {"name": migration.name}
             )
-        spec, fns = resolve_spec(migration.name, migration.module)
+        spec, fns = resolve_spec(
+            migration.name,
+            migration.module,
+            versioning=None if declared is None else declared.to_dict(),
+        )
         if spec.collection in self.config.bookkeeping_collections:
             raise MigrationInvalidExportError(
                 f"background migration {migration.name} targets one of migronaut's own collections",
@@ -126,6 +203,14 @@ class BackgroundService:
             requires=migration.requires,
             description=migration.description,
         )
+
+    def _declared(self, migration: LoadedMigration) -> Versioning | None:
+        """The declared versioning of the collection a background file names, if any."""
+        raw = getattr(migration.module, "background", None)
+        collection = raw.get("collection") if isinstance(raw, Mapping) else None
+        if not isinstance(collection, str) or collection in self.config.bookkeeping_collections:
+            return None
+        return self.versioning_of(collection)
 
     # -- the runner's hooks -----------------------------------------------------------
 
@@ -395,6 +480,47 @@ class BackgroundService:
     def wait_for_lanes(self, name: str, *, timeout_seconds: float = 120.0) -> bool:
         self._registered(name)
         return controls.wait_for_lanes(self.runtime, name, timeout_seconds=timeout_seconds)
+
+    # -- the live drift watcher ----------------------------------------------------------
+
+    def watch(
+        self,
+        *,
+        collections: Sequence[str] | None = None,
+        on_drift: str = "reopen",
+        cancel: CancelToken | None = None,
+        batch_size: int = 100,
+        batch_ms: int = 200,
+        refresh_seconds: float = 10.0,
+        leader_retry_seconds: float | None = None,
+    ) -> watching.Watcher:
+        """Start the change-stream drift watcher (see :mod:`.watch`); returns its handle.
+
+        Options are checked first, then the deployment (a standalone server has no
+        change streams), before anything is written.
+        """
+        settings = watching.watch_settings(
+            ttl_seconds=self.config.lock_ttl_seconds,
+            collections=collections,
+            on_drift=on_drift,
+            batch_size=batch_size,
+            batch_ms=batch_ms,
+            refresh_seconds=refresh_seconds,
+            leader_retry_seconds=leader_retry_seconds,
+        )
+        watching.require_change_streams(self.runtime)
+        self.ready()
+        return watching.start_watch(self.runtime, self._watch_store(), settings, cancel=cancel)
+
+    def watch_status(self, collection: str | None = None) -> Any:
+        """The watcher rows (one collection's, None if it has none; or all), never a token."""
+        rows = self._watch_store().statuses(collection)
+        if collection is not None:
+            return watching.watch_view(rows[0]) if rows else None
+        return [watching.watch_view(row) for row in rows]
+
+    def _watch_store(self) -> watching.WatchStore:
+        return watching.WatchStore(self.runtime.db, self.config.background_collections.watch)
 
     # -- dry runs ----------------------------------------------------------------------------
 

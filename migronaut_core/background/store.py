@@ -8,6 +8,9 @@ invariants callers rely on (DESIGN §3.3):
 - at most ``max_parallel`` live leases per migration, whatever the number of
   claimants: a lease takes a *slot*, and a unique partial index on
   ``(migration, lease.slot)`` lets only one partition hold each slot;
+- with ``shard_concurrency``, at most that many live leases per shard group: a
+  lease on a grouped partition also takes a *group slot*, unique per
+  ``(migration, lease.group, lease.group_slot)``;
 - every write a lane makes to its partition is fenced by its lease token
   (:class:`~migronaut_core.errors.LeaseLost` when it no longer holds it);
 - lease expiry is judged by the server's clock: leases record ``renewed_at``
@@ -94,6 +97,7 @@ class Lease:
     owner: str
     slot: int
     ttl_ms: int
+    group: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -451,12 +455,27 @@ class BackgroundStore:
         max_parallel: int,
         ttl_ms: int,
         owner: str,
+        shard_concurrency: int | None = None,
     ) -> Claim:
         """Lease one open partition of the plan on a free slot.
 
         Exhausted: no open partition lacks a lease. Busy: open partitions are
         left, but every slot is held (or was taken while we tried).
+
+        :param shard_concurrency: also cap the live leases of each partition
+            ``group`` (a shard) at this many; partitions without a group are
+            capped by ``max_parallel`` alone.
         """
+        if shard_concurrency is not None:
+            return self._claim_grouped(
+                name,
+                generation=generation,
+                plan=plan,
+                max_parallel=max_parallel,
+                ttl_ms=ttl_ms,
+                owner=owner,
+                shard_concurrency=shard_concurrency,
+            )
         self.reap(name)
         claimable = {
             "migration": name,
@@ -501,6 +520,101 @@ class BackgroundStore:
             return Claim(
                 partition=doc,
                 lease=Lease(doc["_id"], lease.token, owner, slot, ttl_ms),
+            )
+        return Claim(busy=True)
+
+    def _claim_grouped(
+        self,
+        name: str,
+        *,
+        generation: int,
+        plan: str,
+        max_parallel: int,
+        ttl_ms: int,
+        owner: str,
+        shard_concurrency: int,
+    ) -> Claim:
+        """:meth:`claim` with a cap per group: a grouped lease takes a group slot too.
+
+        The least busy group (then the one whose first open partition comes
+        first) is tried first, so lanes spread over the shards. Both slots are
+        taken by one update, guarded by two unique indexes: two claimants that
+        race for either slot cannot both win it.
+        """
+        self.reap(name)
+        claimable = {
+            "migration": name,
+            "generation": generation,
+            "plan": plan,
+            "status": {"$in": list(OPEN_STATUSES)},
+            "lease": {"$exists": False},
+        }
+        for _ in range(max_parallel + shard_concurrency + 8):
+            groups = {
+                row["_id"]: row["first"]
+                for row in self.partitions.aggregate(
+                    [
+                        {"$match": claimable},
+                        {"$group": {"_id": "$group", "first": {"$min": "$index"}}},
+                    ]
+                )
+            }
+            if not groups:
+                return Claim(exhausted=True)
+            held: set[int] = set()
+            group_held: dict[str, set[int]] = {}
+            for leased in self.partitions.find(
+                {"migration": name, "lease.slot": {"$exists": True}},
+                {"lease.slot": 1, "lease.group": 1, "lease.group_slot": 1},
+            ):
+                lease = leased["lease"]
+                held.add(lease["slot"])
+                if "group_slot" in lease:
+                    group_held.setdefault(lease.get("group"), set()).add(lease["group_slot"])
+            free = [slot for slot in range(max_parallel) if slot not in held]
+            candidates = sorted(
+                (
+                    (len(group_held.get(group, ())), first, group)
+                    for group, first in groups.items()
+                    if group is None or len(group_held.get(group, ())) < shard_concurrency
+                ),
+                key=lambda row: (row[0], row[1]),
+            )
+            if not free or not candidates:
+                return Claim(busy=True)
+            _, _, group = candidates[0]
+            fields: Document = {
+                "status": "running",
+                "lease.token": uuid.uuid4().hex,
+                "lease.owner": owner,
+                "lease.slot": free[0],
+                "lease.ttl_ms": ttl_ms,
+                "updated_at": _now(),
+            }
+            target = {**claimable, "group": {"$exists": False} if group is None else group}
+            if group is not None:
+                taken = group_held.get(group, set())
+                fields["lease.group"] = group
+                fields["lease.group_slot"] = next(
+                    slot for slot in range(shard_concurrency) if slot not in taken
+                )
+            try:
+                doc = self.partitions.find_one_and_update(
+                    target,
+                    {
+                        "$set": fields,
+                        "$currentDate": {"lease.renewed_at": True, "lease.claimed_at": True},
+                    },
+                    sort=[("status", ASCENDING), ("index", ASCENDING)],
+                    return_document=ReturnDocument.AFTER,
+                )
+            except DuplicateKeyError:
+                continue  # another lane took the slot or the group slot first
+            if doc is None:
+                continue  # that group's partitions were taken meanwhile
+            return Claim(
+                partition=doc,
+                lease=Lease(doc["_id"], fields["lease.token"], owner, free[0], ttl_ms, group=group),
             )
         return Claim(busy=True)
 

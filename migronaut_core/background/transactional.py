@@ -227,10 +227,12 @@ def _attempt(
                 )
             result.errors = list(excluded.values())
             bad_ids, doc_errors = errors_of(result.errors)
+            # Failed documents were read and not rewritten: a draining partition steps over them.
+            left = [doc["_id"] for doc in docs if canonical_id_key(doc["_id"]) in excluded]
             if len(docs) < len(fetched):
-                next_cursor: dict[str, Any] | None = job.partitioner.past(cursor, docs)
+                next_cursor: dict[str, Any] | None = job.partitioner.past(cursor, docs, left=left)
             else:
-                next_cursor = job.partitioner.advance(cursor, fetched, limit=size)
+                next_cursor = job.partitioner.advance(cursor, fetched, limit=size, left=left)
             counters = result.counters(len(docs))
             if retries:
                 counters["txn_retries"] = retries
@@ -277,7 +279,7 @@ def _pass_over(
     retries: int,
 ) -> tuple[BatchResult, dict[str, Any] | None, dict[str, int]]:
     """A lone document still in the way: step past it; the next pass takes it."""
-    next_cursor = job.partitioner.past(cursor, [doc])
+    next_cursor = job.partitioner.past(cursor, [doc], left=[doc["_id"]])
     counters = {"scanned": 1, "conflicts": 1, "batches": 1, "txn_retries": retries}
     ctx.store.checkpoint(ctx.lease, cursor=next_cursor, counters=counters)
     return BatchResult(conflicts=1, left=[doc["_id"]]), next_cursor, counters

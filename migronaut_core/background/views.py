@@ -117,6 +117,7 @@ def state_view(store: BackgroundStore, state: Mapping[str, Any]) -> dict[str, An
         "plan": json_safe(
             {key: value for key, value in (state.get("plan") or {}).items() if key != "token"}
         ),
+        "sharding": sharding_view(state),
         "created_at": _iso(state.get("created_at")),
         "started_at": _iso(state.get("started_at")),
         "completed_at": _iso(state.get("completed_at")),
@@ -124,6 +125,22 @@ def state_view(store: BackgroundStore, state: Mapping[str, Any]) -> dict[str, An
         "updated_at": _iso(state.get("updated_at")),
         "last_progress_at": _iso(state.get("last_progress_at")),
     }
+
+
+def sharding_view(state: Mapping[str, Any]) -> dict[str, Any] | None:
+    """How the current plan split the collection: ``{mode, key, groups}``.
+
+    ``mode`` is ``off`` (by ``_id``, not sharded or shard-awareness off),
+    ``untargeted`` (sharded, split by ``_id``), ``chunks`` or ``sampled`` (along
+    the shard key); ``None`` before the first plan.
+    """
+    plan = state.get("plan")
+    if not plan:
+        return None
+    recorded = plan.get("sharding")
+    if not recorded:
+        return {"mode": "off"}
+    return dict(json_safe(recorded))
 
 
 def partition_view(partition: Mapping[str, Any]) -> dict[str, Any]:
