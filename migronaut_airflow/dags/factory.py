@@ -119,8 +119,11 @@ def background_dag(
         doc_md=f"Background migration `{migration}`: coordinator round, lanes, wait, continue.",
         default_args={"retries": 0},
     ) as dag:
+        # Coordinator steps and the sensor only read or compare-and-set: retrying them is
+        # safe, and it rides out a deferred task that Airflow marks failed on resuming.
+        safe_retries = {"retries": 2, "retry_delay": timedelta(seconds=5)}
         coordinate = CoordinateBackgroundOperator(
-            task_id="coordinate", migration=migration, **connection
+            task_id="coordinate", migration=migration, **safe_retries, **connection
         )
         lanes = BackgroundLaneOperator.partial(
             task_id="lane",
@@ -147,6 +150,7 @@ def background_dag(
             priority_weight=SENSOR_PRIORITY,
             weight_rule="absolute",
             deferrable=True,
+            **safe_retries,
         )
         carry_on = ContinueBackgroundOperator(
             task_id="continue",

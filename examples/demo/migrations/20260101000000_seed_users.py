@@ -1,14 +1,25 @@
-"""Seed a small users collection for the demo."""
+"""Seed the demo's users collection: 20,000 users at schema version 1."""
 
-description = "Create users with a unique email index and seed 1,000 users"
+description = "Create users with a unique email index and seed 20,000 users (_v: 1)"
+
+COUNT = 20_000
+FIRST = ["Ada", "Alan", "Grace", "Edsger", "Barbara", "Donald", "Frances", "Ken", "Radia", "Tim"]
+LAST = ["Lovelace", "Turing", "Hopper", "Dijkstra", "Liskov", "Knuth", "Allen", "Thompson"]
 
 
 def up(ctx):
     ctx.db.users.create_index("email", unique=True)
-    ctx.db.users.insert_many(
-        [{"email": f"user{i}@example.com", "name": f"User Number{i}"} for i in range(1000)],
-        session=ctx.session,
-    )
+    users = [
+        {
+            "_id": i,
+            "_v": 1,
+            "email": f"user{i}@example.com",
+            "name": f"{FIRST[i % len(FIRST)]} {LAST[i // len(FIRST) % len(LAST)]}",
+        }
+        for i in range(COUNT)
+    ]
+    for start in range(0, COUNT, 5_000):
+        ctx.db.users.insert_many(users[start : start + 5_000], session=ctx.session)
 
 
 def down(ctx):
