@@ -411,6 +411,20 @@ class PartitionContext:
     on_batch: Callable[[dict[str, Any]], None] | None = None
     on_throttle: Callable[[ThrottleChange], None] | None = None
 
+    def transform_context(self, job: Job, session: ClientSession | None = None) -> TransformContext:
+        """What the transforms of this partition's batches receive."""
+        return TransformContext(
+            migration=job.name,
+            direction=job.direction,
+            generation=job.generation,
+            partition=str(self.partition["_id"]),
+            db=self.db,
+            client=self.client,
+            log=job.log,
+            cancel=job.cancel,
+            session=session,
+        )
+
     def throttle_changed(self, change: ThrottleChange | None) -> None:
         if change is not None and self.on_throttle is not None:
             self.on_throttle(change)
@@ -455,16 +469,7 @@ def plain_batch(
     docs = find(collection, query)
     if docs:
         ctx.store.record_intent(ctx.lease, [doc["_id"] for doc in docs])
-    transform_ctx = TransformContext(
-        migration=job.name,
-        direction=job.direction,
-        generation=job.generation,
-        partition=str(ctx.partition["_id"]),
-        db=ctx.db,
-        client=ctx.client,
-        log=job.log,
-        cancel=job.cancel,
-    )
+    transform_ctx = ctx.transform_context(job)
     started = time.monotonic()
     try:
         result = apply_batch(job, docs, collection, transform_ctx)

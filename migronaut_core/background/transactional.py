@@ -41,7 +41,6 @@ from migronaut_core.background.engine import (
     DocumentFailedError,
     Job,
     PartitionContext,
-    TransformContext,
     apply_batch,
     errors_of,
 )
@@ -205,22 +204,11 @@ def _attempt(
             work = [doc for doc in docs if canonical_id_key(doc["_id"]) not in excluded]
             result = BatchResult()
             if work:
-                transform_ctx = TransformContext(
-                    migration=job.name,
-                    direction=job.direction,
-                    generation=job.generation,
-                    partition=str(ctx.partition["_id"]),
-                    db=ctx.db,
-                    client=ctx.client,
-                    log=job.log,
-                    cancel=job.cancel,
-                    session=session,
-                )
                 result = apply_batch(
                     job,
                     work,
                     collection,
-                    transform_ctx,
+                    ctx.transform_context(job, session),
                     session=session,
                     strict=True,
                     abort_on_conflict=True,
