@@ -38,6 +38,7 @@ from typing import Any
 
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.control import ControlResult
+from migronaut_core.background.dry_run import StepDryRunReport
 from migronaut_core.config import load_config
 from migronaut_core.converge import ConvergeReport
 from migronaut_core.errors import MigronautError, NotAppliedError, RunAbortedError
@@ -144,6 +145,8 @@ def _add_background_commands(actions: Any) -> None:
         action="store_true",
         help="also run the write path in a transaction that is always aborted",
     )
+    picked.add_argument("--steps", type=int, metavar="N", help="(step mode) run N steps")
+    dry_run.add_argument("--from-start", action="store_true", help="(step mode) from no checkpoint")
 
     for name, help_text in (
         ("pause", "pause; lanes stop before their next batch"),
@@ -370,11 +373,19 @@ def _bg_run(kit: Migronaut, args: argparse.Namespace) -> int:
 
 def _bg_dry_run(kit: Migronaut, args: argparse.Namespace) -> int:
     report = kit.dry_run_background(
-        args.name, sample=args.sample, first=args.first, validate=args.validate
+        args.name,
+        sample=args.sample,
+        first=args.first,
+        validate=args.validate,
+        steps=args.steps,
+        from_start=args.from_start,
     )
     data = report.to_dict()
     if args.json:
         _emit(data)
+        return 0
+    if isinstance(report, StepDryRunReport):
+        _print_step_dry_run(data)
         return 0
     picked = f"first {report.size}" if report.method == "first" else f"sample of {report.size}"
     state = report.status or "not registered"
@@ -401,6 +412,19 @@ def _bg_dry_run(kit: Migronaut, args: argparse.Namespace) -> int:
         f"{'at least ' if report.at_least else ''}{matching} match in all"
     )
     return 0
+
+
+def _print_step_dry_run(data: dict[str, Any]) -> None:
+    start = "its last checkpoint" if data["from_checkpoint"] else "the start"
+    print(f"{data['migration']}: steps from {start} in an aborted transaction")
+    for step in data["steps"]:
+        if "error" in step:
+            print(f"  step {step['step']}  FAILS: {step['error']}")
+        else:
+            print(
+                f"  step {step['step']}  done={step['done']} counters={step['counters']} "
+                f"checkpoint={step['checkpoint_bytes']} bytes"
+            )
 
 
 def _run_exit(view: dict[str, Any], *, once: bool) -> int:

@@ -21,7 +21,7 @@ from migronaut_core import files
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.control import Action, ControlResult
 from migronaut_core.background.coordinator import Answer, Driver
-from migronaut_core.background.dry_run import DryRunReport
+from migronaut_core.background.dry_run import DryRunReport, StepDryRunReport
 from migronaut_core.background.events import Events, Listener
 from migronaut_core.background.lane import SliceResult
 from migronaut_core.background.service import BackgroundService
@@ -403,7 +403,7 @@ class Migronaut:
         validate: bool = False,
         steps: int | None = None,
         from_start: bool = False,
-    ) -> DryRunReport:
+    ) -> DryRunReport | StepDryRunReport:
         """Preview a background migration, registered or not, on a few documents; write nothing.
 
         Picks ``sample`` random matching documents (20 when neither ``sample``

@@ -26,17 +26,21 @@ only a file.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+import bson
 from pymongo import ReadPreference
 from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
 from pymongo.errors import ExecutionTimeout, PyMongoError
 from pymongo.read_concern import ReadConcern
+from pymongo.write_concern import WriteConcern
 
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.coordinator import partitioner_for
@@ -57,6 +61,7 @@ from migronaut_core.background.spec import (
     exclude_bad_ids,
     match_of,
 )
+from migronaut_core.background.steps import StepContext, read_step_result
 from migronaut_core.background.views import json_safe
 from migronaut_core.errors import (
     BackgroundFailedError,
@@ -235,13 +240,9 @@ def check_options(*, sample: int | None, first: int | None) -> tuple[Method, int
 
 
 def _check_mode(name: str, spec: BackgroundSpec, *, steps: int | None, from_start: bool) -> None:
-    """Refuse step options for a declarative migration, and step migrations for now."""
+    """Refuse step options for a declarative migration."""
     if spec.mode == "step":
-        raise ConfigInvalidError(
-            f"dry run of {name}: dry runs of step migrations (by steps) are not supported by "
-            "this release yet",
-            {"migration": name, "key": "steps"},
-        )
+        return
     if steps is not None or from_start:
         key = "steps" if steps is not None else "from_start"
         raise ConfigInvalidError(
@@ -263,18 +264,18 @@ def dry_run(
     validate: bool = False,
     steps: int | None = None,
     from_start: bool = False,
-) -> DryRunReport:
+) -> DryRunReport | StepDryRunReport:
     """Preview a background migration on a few of its documents, writing nothing.
+
+    A step migration is previewed by steps instead (:func:`dry_run_steps`).
 
     :param sample: look at this many random matching documents (default
         :data:`DEFAULT_SAMPLE` when ``first`` is not given either).
     :param first: look at the first this many matching documents by ``_id``.
     :param validate: run the real write path in a transaction that is always
         aborted, so duplicate keys and validator failures show as ``write`` errors.
-    :param steps: (step migrations) how many steps to run in the aborted
-        transaction; step mode is not supported by this release yet.
-    :param from_start: (step migrations) start from no checkpoint rather than
-        the registered one; not supported yet either.
+    :param steps: (step migrations) how many steps to run (default 1).
+    :param from_start: (step migrations) start from no checkpoint.
     :raises ConfigInvalidError: bad options (before anything is read), step
         options for a declarative migration, or a step migration.
     :raises TransactionsUnsupportedError: ``validate`` on a standalone server.
@@ -283,6 +284,8 @@ def dry_run(
     method, size = check_options(sample=sample, first=first)
     loaded = rt.load(name)
     state = rt.store.get(name, projection={"history": 0, "doc_errors": 0})
+    if _spec_of(name, loaded, state).mode == "step":
+        return dry_run_steps(rt, name, steps=steps, from_start=from_start)
     job = _job(rt, name, loaded, state, steps=steps, from_start=from_start)
     if validate and not supports_transactions(rt.client):
         raise TransactionsUnsupportedError(
@@ -329,11 +332,7 @@ def _job(
     from_start: bool,
 ) -> Job:
     """The job a pass would run: the registered spec, direction and exclusions, or the file's."""
-    spec = (
-        BackgroundSpec.from_document(state["spec"], name=name)
-        if state is not None and state.get("spec")
-        else loaded.spec
-    )
+    spec = _spec_of(name, loaded, state)
     _check_mode(name, spec, steps=steps, from_start=from_start)
     assert spec.collection is not None  # a declarative spec always names its collection
     direction: Direction = (
@@ -353,6 +352,15 @@ def _job(
         log=logging.getLogger(f"migronaut.background.{name}"),
         generation=int((state or {}).get("generation", 0)),
     )
+
+
+def _spec_of(
+    name: str, loaded: LoadedBackground, state: Mapping[str, Any] | None
+) -> BackgroundSpec:
+    """The registered spec when there is one (it wins for running lanes), else the file's."""
+    if state is not None and state.get("spec"):
+        return BackgroundSpec.from_document(state["spec"], name=name)
+    return loaded.spec
 
 
 def _context(rt: Runtime, job: Job, session: ClientSession | None) -> TransformContext:
@@ -685,3 +693,140 @@ def _mark_unwritten(
             error="the document changed during the dry run; a pass would read it again",
             reason="conflict",
         )
+
+
+# ─── Step migrations ──────────────────────────────────────────────────────────
+
+
+MAX_DRY_STEPS = 100
+
+
+@dataclass(frozen=True)
+class StepDryRunReport:
+    """What ``steps`` steps of a step migration would do, from where it stands.
+
+    Each step reports ``done``, its counters, ``total`` and the size of the
+    checkpoint it returned (never the checkpoint itself), or a value-free error.
+    """
+
+    migration: str
+    direction: str
+    status: str | None
+    from_checkpoint: bool
+    steps: tuple[dict[str, Any], ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "migration": self.migration,
+            "mode": "step",
+            "direction": self.direction,
+            "status": self.status,
+            "from_checkpoint": self.from_checkpoint,
+            "steps": [dict(step) for step in self.steps],
+        }
+
+
+def dry_run_steps(
+    rt: Runtime, name: str, *, steps: int | None = None, from_start: bool = False
+) -> StepDryRunReport:
+    """Run ``steps`` steps of a step migration in a transaction that is always aborted.
+
+    It starts from the migration's last checkpoint (``from_start``: from none).
+    Only writes made with ``ctx.session`` are rolled back: a step that writes
+    without it writes for real, as it would in transactional mode.
+
+    :raises ConfigInvalidError: a declarative migration, or ``steps`` outside 1-100.
+    :raises TransactionsUnsupportedError: on a standalone server.
+    """
+    count = _count_option(1 if steps is None else steps, "steps")
+    if count > MAX_DRY_STEPS:
+        raise ConfigInvalidError(f"steps must be at most {MAX_DRY_STEPS}", {"key": "steps"})
+    loaded = rt.load(name)
+    state = rt.store.get(name, projection={"history": 0, "doc_errors": 0})
+    spec = _spec_of(name, loaded, state)
+    if spec.mode != "step":
+        raise ConfigInvalidError(
+            f"dry run of {name}: {name} is declarative; dry-run it on a sample (sample, first)",
+            {"migration": name, "key": "steps"},
+        )
+    if not supports_transactions(rt.client):
+        raise TransactionsUnsupportedError(
+            f"dry run of {name}: steps run in an aborted transaction, which needs a replica "
+            "set or a sharded cluster; this server is standalone",
+            {"migration": name},
+        )
+    direction: Direction = "revert" if (state or {}).get("direction") == "revert" else "forward"
+    checkpoint = None if from_start else _last_checkpoint(rt, name, state)
+    previews = _run_steps(rt, name, loaded, spec, direction, checkpoint, count, state)
+    return StepDryRunReport(
+        migration=name,
+        direction=direction,
+        status=None if state is None else str(state.get("status")),
+        from_checkpoint=checkpoint is not None,
+        steps=tuple(previews),
+    )
+
+
+def _last_checkpoint(rt: Runtime, name: str, state: Mapping[str, Any] | None) -> Any:
+    if state is None:
+        return None
+    partitions = rt.store.list_partitions(name, generation=int(state.get("generation", 0)))
+    return (partitions[0].get("cursor") or {}).get("checkpoint") if partitions else None
+
+
+def _run_steps(
+    rt: Runtime,
+    name: str,
+    loaded: LoadedBackground,
+    spec: BackgroundSpec,
+    direction: Direction,
+    checkpoint: Any,
+    count: int,
+    state: Mapping[str, Any] | None,
+) -> list[dict[str, Any]]:
+    function = loaded.fns.step_for(direction)
+    assert function is not None  # the spec guarantees a step for each direction it runs
+    previews: list[dict[str, Any]] = []
+    with rt.client.start_session() as session:
+        session.start_transaction(
+            read_concern=ReadConcern("snapshot"),
+            write_concern=WriteConcern("majority"),
+            read_preference=ReadPreference.PRIMARY,
+        )
+        try:
+            for number in range(1, count + 1):
+                ctx = StepContext(
+                    migration=name,
+                    direction=direction,
+                    generation=int((state or {}).get("generation", 0)),
+                    checkpoint=checkpoint,
+                    deadline=time.monotonic() + spec.slice_ms / 1000,
+                    db=rt.db,
+                    client=rt.client,
+                    log=logging.getLogger(f"migronaut.background.{name}"),
+                    cancel=CancelToken(),
+                    session=session,
+                    dry_run=True,
+                )
+                try:
+                    result = read_step_result(name, function(ctx))
+                except Exception as exc:
+                    previews.append({"step": number, "error": error_text(exc)})
+                    break
+                size = len(bson.encode({"checkpoint": result.checkpoint}))
+                previews.append(
+                    {
+                        "step": number,
+                        "done": result.done,
+                        "counters": result.counters,
+                        "total": result.total,
+                        "checkpoint_bytes": size,
+                    }
+                )
+                checkpoint = result.checkpoint
+                if result.done:
+                    break
+        finally:
+            with contextlib.suppress(PyMongoError):
+                session.abort_transaction()
+    return previews

@@ -31,7 +31,7 @@ from migronaut_core.background.coordinator import (
     waiting_for,
 )
 from migronaut_core.background.driver import drive
-from migronaut_core.background.dry_run import DryRunReport
+from migronaut_core.background.dry_run import DryRunReport, StepDryRunReport
 from migronaut_core.background.dry_run import dry_run as preview
 from migronaut_core.background.events import Events
 from migronaut_core.background.lane import SliceResult, run_slice
@@ -533,7 +533,7 @@ class BackgroundService:
         validate: bool = False,
         steps: int | None = None,
         from_start: bool = False,
-    ) -> DryRunReport:
+    ) -> DryRunReport | StepDryRunReport:
         """Preview a background migration, registered or not, writing nothing (see :mod:`.dry_run`).
 
         No index is ensured and no state is created: only reads, and with

@@ -372,10 +372,12 @@ def test_options_are_checked_before_anything_runs(
 
     step_name = "20240102000000_step_thing"
     write_background(migrations, step_name, body=STEPS)
-    with pytest.raises(ConfigInvalidError, match="not supported by this release yet"):
-        kit.dry_run_background(step_name)
-    with pytest.raises(ConfigInvalidError, match="not supported by this release yet"):
-        kit.dry_run_background(step_name, steps=3)
+    # A step migration is previewed by steps (see test_transactional_and_steps.py).
+    assert kit.dry_run_background(step_name).to_dict()["steps"] == [
+        {"step": 1, "done": True, "counters": {}, "total": None, "checkpoint_bytes": 17}
+    ]
+    with pytest.raises(ConfigInvalidError):
+        kit.dry_run_background(step_name, steps=0)
 
 
 def test_validate_needs_transactions(

@@ -267,3 +267,46 @@ def test_transactions_on_a_standalone_server_fail_the_migration(
             kit.run_background(SPLIT_NAME)
         assert "need a replica set or a sharded cluster" in raised.value.message
         assert kit.background_status(SPLIT_NAME)["status"] == "failed"
+
+
+STEPPING = """
+background = {"collection": "orders", "from": 1, "to": 2, "mode": "step"}
+
+def step(ctx):
+    after = ctx.checkpoint if ctx.checkpoint is not None else -1
+    docs = list(ctx.db.orders.find({"_id": {"$gt": after}}, session=ctx.session)
+                .sort("_id", 1).limit(10))
+    for doc in docs:
+        ctx.db.orders.update_one({"_id": doc["_id"]}, {"$set": {"seen": True}},
+                                 session=ctx.session)
+    last = docs[-1]["_id"] if docs else after
+    return {"checkpoint": last, "done": len(docs) < 10, "processed": len(docs), "total": 30}
+"""
+
+
+def test_a_step_dry_run_runs_steps_from_the_checkpoint_and_writes_nothing(
+    mongo_uri: str, db: Database[dict[str, Any]], tmp_path: Path
+) -> None:
+    db.orders.insert_many([{"_id": i} for i in range(30)])
+    migrations = tmp_path / "migrations"
+    write_background(migrations, body=STEPPING)
+    with make_kit(mongo_uri, db, migrations) as kit:
+        unregistered = kit.dry_run_background(SPLIT_NAME, steps=5).to_dict()
+        processed = [step["counters"].get("processed") for step in unregistered["steps"]]
+        assert processed == [10, 10, 10, None]  # the 4th finds nothing and says done
+        assert unregistered["steps"][-1]["done"] is True
+        assert unregistered["from_checkpoint"] is False
+        assert db.orders.count_documents({"seen": True}) == 0
+        kit.up()
+        kit.coordinate_background(SPLIT_NAME)
+        kit.run_background_slice(SPLIT_NAME, slice_ms=100)  # one real step, then it yields
+        assert db.orders.count_documents({"seen": True}) >= 10
+        seen = db.orders.count_documents({"seen": True})
+        state_before = db.migronaut_background.find_one({"_id": SPLIT_NAME})
+        report = kit.dry_run_background(SPLIT_NAME, steps=1).to_dict()
+        assert report["from_checkpoint"] is True
+        assert len(report["steps"]) == 1
+        assert db.orders.count_documents({"seen": True}) == seen
+        assert db.migronaut_background.find_one({"_id": SPLIT_NAME}) == state_before
+        with pytest.raises(Exception, match="steps must be at most"):
+            kit.dry_run_background(SPLIT_NAME, steps=101)
