@@ -9,6 +9,7 @@ through the REST API. The migrations are registered with the kit first, as
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -51,6 +52,12 @@ def migrate(doc, ctx):
     doc["touched"] = True
     return doc
 """
+PAUSED_NAME = "20240103000000_touch_ledgers_slowly"
+LEDGERS = 3_000
+#: 1 s slices of 10 ms documents: a paused DAG's lanes stop at the next boundary.
+PAUSED_MIGRATION = SLOW_MIGRATION.replace('"accounts"', '"ledgers"').replace(
+    '"slice_ms": 10_000', '"slice_ms": 1_000'
+)
 #: What the DAG file copy passes to ``build_dags``: short waits, a short lease TTL
 #: (a killed lane's lease lapses in 4 s) and 1 s before a lane's retry. Lanes take
 #: their slice length from each migration.
@@ -108,6 +115,8 @@ def setup(
         # 2 s slices: lanes defer between them and resume from the real triggerer.
         write_background(migrations, batch_size=100, max_parallel=3, extra='"slice_ms": 2_000,')
         write_background(migrations, SLOW_NAME, body=SLOW_MIGRATION)
+        db.ledgers.insert_many([{"_id": i, "_v": 1} for i in range(LEDGERS)])
+        write_background(migrations, PAUSED_NAME, body=PAUSED_MIGRATION)
         install_dag_file(root / "dags", DAG_OPTIONS)
         env = {
             "MIGRONAUT_MIGRATIONS_DIR": str(migrations),
@@ -230,3 +239,29 @@ def _talks_to_mongodb(process: psutil.Process) -> bool:
     except psutil.Error:
         return False
     return any(conn.status == psutil.CONN_ESTABLISHED for conn in connections)
+
+
+def test_pausing_the_dag_stops_its_lanes_at_the_next_slice_and_unpausing_continues(
+    setup: Setup,
+) -> None:
+    airflow, dag_id = setup.airflow, dag_id_for(PAUSED_NAME)
+    airflow.wait_for_dag(dag_id)
+    airflow.unpause(dag_id)
+    airflow.trigger(dag_id)
+
+    def touched() -> int:
+        return setup.db.ledgers.count_documents({"_v": 2})
+
+    airflow.wait_until(lambda: touched() >= 300, 120, "the lanes never started")
+    airflow.request("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": True})
+    # A lane finishes the slice it is in (1 s), then defers and is not scheduled again.
+    airflow.wait_until(
+        lambda: setup.status(PAUSED_NAME)["live_leases"] == 0, 60, "lanes kept going"
+    )
+    stopped_at = touched()
+    time.sleep(8)
+    assert touched() == stopped_at < LEDGERS
+    airflow.unpause(dag_id)
+    status = setup.wait_completed(PAUSED_NAME, timeout=240)
+    assert status["totals"]["migrated"] == LEDGERS
+    assert touched() == LEDGERS
