@@ -17,6 +17,9 @@ BackgroundFailedError's code when it failed; RunAbortedError's code after Ctrl-C
 ``background dry-run`` previews one on a few documents and writes nothing; it
 exits 0 whatever the documents would do (the report says).
 
+``background audit`` prints findings (changed or missing files, stalled runs,
+missing version indexes, dead watchers) and exits 0 whatever it found.
+
 ``migronaut converge`` creates the version index of every declared collection
 (``collections`` / ``collections_dir``) and reports what it created; it never drops.
 """
@@ -130,6 +133,22 @@ def _add_background_commands(actions: Any) -> None:
     action("partitions", _bg_partitions, "partitions of the current pass")
     action("history", _bg_history, "control history: who did what, when and why")
     action("runnable", _bg_runnable, "background migrations with work to do", named=False)
+    audit = action("audit", _bg_audit, "findings that need a look (read-only)", named=False)
+    audit.add_argument(
+        "--stale-minutes",
+        type=float,
+        default=15.0,
+        metavar="M",
+        help="a running one without progress this long is stalled (default 15)",
+    )
+
+    verify = action(
+        "verify", _bg_verify, "probe completed ones for old-shape documents", named=False
+    )
+    verify.add_argument(
+        "--on-drift", choices=("reopen", "report"), help="default: background_on_drift"
+    )
+    verify.add_argument("--collection", action="append", help="only these collections")
 
     run = action("run", _bg_run, "drive one from this process until it stops")
     run.add_argument("--concurrency", type=int, default=1, metavar="N", help="lanes (default 1)")
@@ -338,6 +357,30 @@ def _bg_runnable(kit: Migronaut, args: argparse.Namespace) -> int:
         print("nothing to run")
     for row in rows:
         print(f"{row['status']:<8} {row['migration']}")
+    return 0
+
+
+def _bg_audit(kit: Migronaut, args: argparse.Namespace) -> int:
+    findings = kit.audit_background(stale_after_seconds=args.stale_minutes * 60)
+    if args.json:
+        _emit([finding.to_dict() for finding in findings])
+        return 0
+    if not findings:
+        print("no findings")
+    for finding in findings:
+        subject = finding.migration or finding.collection or "-"
+        print(f"{finding.severity:<8} {finding.kind:<22} {subject}: {finding.message}")
+    return 0
+
+
+def _bg_verify(kit: Migronaut, args: argparse.Namespace) -> int:
+    result = kit.verify_background(on_drift=args.on_drift, collections=args.collection)
+    if args.json:
+        _emit(result)
+        return 0
+    print(f"checked {result['checked']}, skipped {result['skipped']}")
+    for entry in result["drifted"]:
+        print(f"drifted  {entry['migration']} on {entry['collection']}: {entry['action']}")
     return 0
 
 

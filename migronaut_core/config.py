@@ -62,6 +62,12 @@ class Config:
         ``migrations_dir``.
     :param background_shard_aware: ``"auto"`` splits a sharded collection along
         its shard key when it can; ``"off"`` keeps ``_id`` ranges everywhere.
+    :param background_drift: how drift after completion is found: ``"poll"``
+        (verify passes only), ``"stream"`` (the live watcher; verify skips the
+        collections a fresh watcher streams) or ``"both"`` (same skipping, and
+        audit reports dead watchers in either).
+    :param background_on_drift: what verify does with a drifted migration when
+        not told: ``"reopen"`` it or only ``"report"`` it.
     """
 
     uri: str = "mongodb://127.0.0.1:27017"
@@ -77,6 +83,8 @@ class Config:
     collections: Mapping[str, Any] | None = dataclasses.field(default=None, hash=False)
     collections_dir: Path | None = None
     background_shard_aware: str = "auto"
+    background_drift: str = "poll"
+    background_on_drift: str = "reopen"
 
     @property
     def background_collections(self) -> BackgroundCollections:
@@ -141,12 +149,18 @@ _FIELD_TYPES: Mapping[str, tuple[type, ...]] = {
     "collections": (Mapping,),
     "collections_dir": (str, Path),
     "background_shard_aware": (str,),
+    "background_drift": (str,),
+    "background_on_drift": (str,),
 }
 
 #: Keys holding a path, resolved against the directory of the source that set them.
 _PATH_KEYS = ("migrations_dir", "collections_dir")
 #: What ``background_shard_aware`` may be.
 SHARD_AWARE_MODES = ("auto", "off")
+#: What ``background_drift`` may be.
+DRIFT_MODES = ("poll", "stream", "both")
+#: What ``background_on_drift`` may be.
+ON_DRIFT_MODES = ("reopen", "report")
 
 
 def load_config(
@@ -281,6 +295,14 @@ def _check_values(config: Config) -> None:
     if config.background_shard_aware not in SHARD_AWARE_MODES:
         raise ConfigInvalidError(
             "background_shard_aware must be 'auto' or 'off'", {"key": "background_shard_aware"}
+        )
+    if config.background_drift not in DRIFT_MODES:
+        raise ConfigInvalidError(
+            "background_drift must be 'poll', 'stream' or 'both'", {"key": "background_drift"}
+        )
+    if config.background_on_drift not in ON_DRIFT_MODES:
+        raise ConfigInvalidError(
+            "background_on_drift must be 'reopen' or 'report'", {"key": "background_on_drift"}
         )
     if config.collections is not None:
         check_inline(config.collections, reserved=config.bookkeeping_collections)

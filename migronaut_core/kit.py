@@ -18,6 +18,7 @@ from pymongo.database import Database
 from pymongo.errors import ConfigurationError, PyMongoError
 
 from migronaut_core import files
+from migronaut_core.background.audit import Finding
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.control import Action, ControlResult
 from migronaut_core.background.coordinator import Answer, Driver
@@ -336,17 +337,31 @@ class Migronaut:
     def verify_background(
         self,
         *,
-        on_drift: str = "reopen",
+        on_drift: str | None = None,
         collections: list[str] | None = None,
         requested_by: str | None = None,
         reason: str | None = None,
     ) -> dict[str, Any]:
         """Find old-shape documents that reappeared after completion; reopen or report.
 
+        :param on_drift: ``reopen`` or ``report``; default: ``background_on_drift``.
+            In drift mode ``stream``/``both`` (``background_drift``), collections
+            whose watcher is streaming and fresh are skipped.
         :returns: ``{checked, drifted: [{migration, collection, action}], skipped}``.
         """
         actor = Actor(requested_by=requested_by, reason=reason) if requested_by or reason else None
         return self.background.verify(on_drift=on_drift, collections=collections, actor=actor)
+
+    def audit_background(self, *, stale_after_seconds: float = 15 * 60.0) -> list[Finding]:
+        """Findings of the background side; read-only.
+
+        Registered migrations whose file changed (checksum) or is missing; running
+        ones without progress for ``stale_after_seconds`` and without a live lease;
+        declarative migrations whose collection lacks the version index; dead
+        watchers (drift mode ``stream``/``both``). See
+        :mod:`migronaut_core.background.audit`.
+        """
+        return self.background.audit(stale_after_seconds=stale_after_seconds)
 
     def watch_background(
         self,

@@ -167,7 +167,7 @@ def drift_dag(
     target: Target,
     *,
     schedule: timedelta | str | None = timedelta(minutes=10),
-    on_drift: str = "reopen",
+    on_drift: str | None = None,
 ) -> DAG:
     """``migronaut_drift``: verify completed migrations, then start DAGs that have work."""
     connection = target.operator_args()

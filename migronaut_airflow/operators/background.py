@@ -378,11 +378,14 @@ class MigrationsUpOperator(MigronautOperator):
 
 
 class VerifyDriftOperator(MigronautOperator):
-    """Probe completed migrations for old-shape documents; reopen (default) or report."""
+    """Probe completed migrations for old-shape documents; reopen or report.
+
+    :param on_drift: ``reopen`` or ``report``; default: the ``background_on_drift`` config.
+    """
 
     template_fields: Sequence[str] = ("on_drift",)
 
-    def __init__(self, *, on_drift: str = "reopen", **kwargs: Any) -> None:
+    def __init__(self, *, on_drift: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.on_drift = on_drift
 

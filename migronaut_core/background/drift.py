@@ -10,7 +10,7 @@ retry of a completed one does) or only reports it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, Literal
 
 from migronaut_core.background.control import control
@@ -31,9 +31,12 @@ def verify(
     on_drift: OnDrift = "reopen",
     collections: Sequence[str] | None = None,
     actor: Actor | None = None,
+    streamed: Collection[str] = (),
 ) -> dict[str, Any]:
     """Probe every completed forward migration once; reopen or report the drifted ones.
 
+    :param streamed: collections a live, fresh watcher streams (drift mode
+        ``stream``/``both``): not probed, counted in ``skipped``.
     :returns: ``{checked, drifted: [{migration, collection, action}], skipped}``.
     """
     if on_drift not in ("reopen", "report"):
@@ -44,7 +47,11 @@ def verify(
         if state.get("direction") == "revert" or not state.get("spec"):
             continue
         spec = BackgroundSpec.from_document(state["spec"])
-        if spec.collection is None or (wanted is not None and spec.collection not in wanted):
+        if (
+            spec.collection is None
+            or (wanted is not None and spec.collection not in wanted)
+            or spec.collection in streamed
+        ):
             skipped += 1
             continue
         checked += 1
@@ -68,11 +75,22 @@ def verify(
     return {"checked": checked, "drifted": drifted, "skipped": skipped}
 
 
+def probe_query(
+    rt: Runtime, spec: BackgroundSpec, bad_ids: Sequence[Any] = ()
+) -> tuple[dict[str, Any], list[tuple[str, Any]] | None]:
+    """The filter and index hint of a migration's drift probe (what :func:`verify` reads).
+
+    Old-shape documents (the source version) minus the known failed ones,
+    through the version index (or an index led by the version field).
+    """
+    assert spec.collection is not None
+    return exclude_bad_ids(match_of(spec, "forward"), list(bad_ids)), probe_hint(rt, spec)
+
+
 def _has_old_shape(rt: Runtime, spec: BackgroundSpec, bad_ids: list[Any]) -> bool:
     assert spec.collection is not None
-    match = exclude_bad_ids(match_of(spec, "forward"), bad_ids)
+    match, hint = probe_query(rt, spec, bad_ids)
     options: dict[str, Any] = {"projection": {"_id": 1}}
-    hint = probe_hint(rt, spec)
     if hint is not None:
         options["hint"] = hint
     return rt.db[spec.collection].find_one(match, **options) is not None

@@ -18,6 +18,7 @@ from pymongo import MongoClient
 from pymongo.database import Database
 
 from migronaut_core import files
+from migronaut_core.background import audit as audits
 from migronaut_core.background import control as controls
 from migronaut_core.background import drift
 from migronaut_core.background import watch as watching
@@ -464,17 +465,39 @@ class BackgroundService:
     def verify(
         self,
         *,
-        on_drift: str = "reopen",
+        on_drift: str | None = None,
         collections: Sequence[str] | None = None,
         actor: Actor | None = None,
     ) -> dict[str, Any]:
-        """Probe completed migrations for old-shape documents (see :mod:`.drift`)."""
+        """Probe completed migrations for old-shape documents (see :mod:`.drift`).
+
+        ``on_drift`` defaults to ``background_on_drift``; in drift mode
+        ``stream``/``both`` the collections a fresh watcher streams are skipped.
+        """
+        if on_drift is None:
+            on_drift = self.config.background_on_drift
+        checked = "report" if on_drift == "report" else _reopen_only(on_drift)
         self.ready()
+        streamed: set[str] = set()
+        if self.config.background_drift in ("stream", "both"):
+            streamed = set(self._watch_store().streaming_collections())
         return drift.verify(
             self.runtime,
-            on_drift="report" if on_drift == "report" else _reopen_only(on_drift),
+            on_drift=checked,
             collections=collections,
             actor=actor,
+            streamed=streamed,
+        )
+
+    def audit(
+        self, *, stale_after_seconds: float = audits.STALE_AFTER_SECONDS
+    ) -> list[audits.Finding]:
+        """What needs a look on the background side (see :mod:`.audit`)."""
+        return audits.audit(
+            self.runtime,
+            migrations_dir=self.migrations_dir,
+            watch=self._watch_store() if self.config.background_drift != "poll" else None,
+            stale_after_seconds=stale_after_seconds,
         )
 
     def wait_for_lanes(self, name: str, *, timeout_seconds: float = 120.0) -> bool:

@@ -1,0 +1,194 @@
+"""Audit of the background side: what needs an operator's look, read-only.
+
+:func:`audit` reports, never changes anything:
+
+- ``checksum_changed`` — a registered migration's file changed since it was
+  registered (the stored spec still stands; ``repin`` pins the new file);
+- ``file_missing`` — a registered migration's file is gone;
+- ``stalled`` — a running migration made no progress and saw no coordinator
+  for a long time, and no lane holds a live lease;
+- ``missing_version_index`` — the collection of a declarative migration has no
+  index led by its version field (every pass and drift probe scans it);
+- ``dead_watcher`` — a watcher row says ``streaming``/``starting`` but its
+  leader stopped writing it (only when a watcher is expected: drift mode
+  ``stream``/``both``).
+
+Messages name migrations, collections, fields and times, never document values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+from pymongo.errors import PyMongoError
+
+from migronaut_core import files
+from migronaut_core.background.runtime import Runtime
+from migronaut_core.background.store import live_leases_filter
+from migronaut_core.background.watch import STREAMING_FRESH_SECONDS, WatchStore
+from migronaut_core.errors import MigronautError
+
+#: A running migration without progress for this long (and no live lease) is stalled.
+STALE_AFTER_SECONDS = 15 * 60.0
+
+FindingKind = Literal[
+    "checksum_changed", "file_missing", "stalled", "missing_version_index", "dead_watcher"
+]
+Severity = Literal["warning", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One audit finding.
+
+    :param kind: what was found (see the module docstring).
+    :param migration: the migration it concerns, if any.
+    :param collection: the collection it concerns, if any.
+    :param message: what and what to do; never document values.
+    :param severity: ``warning`` or ``error``.
+    """
+
+    kind: FindingKind
+    migration: str | None
+    collection: str | None
+    message: str
+    severity: Severity
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def audit(
+    rt: Runtime,
+    *,
+    migrations_dir: Path,
+    watch: WatchStore | None = None,
+    stale_after_seconds: float = STALE_AFTER_SECONDS,
+    now: datetime | None = None,
+) -> list[Finding]:
+    """Every finding of the background side, migrations first, then watchers.
+
+    :param watch: the watcher rows to check for dead leaders (None: no watcher
+        expected, drift mode ``poll``).
+    :param stale_after_seconds: how long without progress makes a running
+        migration stalled.
+    """
+    at = now or datetime.now(UTC)
+    findings: list[Finding] = []
+    indexed: dict[tuple[str, str], bool] = {}
+    for state in rt.store.list_states():
+        findings.extend(_file_findings(state, migrations_dir))
+        if state.get("status") == "running":
+            findings.extend(_stall_findings(rt, state, at, stale_after_seconds))
+        findings.extend(_index_findings(rt, state, indexed))
+    if watch is not None:
+        findings.extend(_watch_findings(watch))
+    return findings
+
+
+def _file_findings(state: dict[str, Any], migrations_dir: Path) -> Iterator[Finding]:
+    name = state["_id"]
+    collection = state.get("collection")
+    try:
+        file = files.find(migrations_dir, name)
+    except MigronautError:
+        yield Finding(
+            "file_missing",
+            name,
+            collection,
+            f"{name} is registered but its file {name}.py is not in {migrations_dir}",
+            "error",
+        )
+        return
+    registered = state.get("checksum")
+    if registered and file.checksum() != registered:
+        yield Finding(
+            "checksum_changed",
+            name,
+            collection,
+            f"{name}.py changed since {name} was registered; it runs as registered "
+            "(`migronaut background repin` pins the file on disk)",
+            "warning",
+        )
+
+
+def _stall_findings(
+    rt: Runtime, state: dict[str, Any], at: datetime, stale_after_seconds: float
+) -> Iterator[Finding]:
+    name = state["_id"]
+    seen = [
+        _aware(value)
+        for value in (
+            state.get("last_progress_at"),
+            (state.get("coordinator") or {}).get("at"),
+        )
+        if isinstance(value, datetime)
+    ]
+    if not seen or at - max(seen) < timedelta(seconds=stale_after_seconds):
+        return
+    if rt.store.partitions.count_documents(live_leases_filter(name), limit=1):
+        return
+    minutes = (at - max(seen)).total_seconds() / 60
+    yield Finding(
+        "stalled",
+        name,
+        state.get("collection"),
+        f"{name} is running but made no progress and saw no coordinator for "
+        f"{minutes:.0f} minutes, and no lane holds a lease (is its driver running?)",
+        "warning",
+    )
+
+
+def _index_findings(
+    rt: Runtime, state: dict[str, Any], indexed: dict[tuple[str, str], bool]
+) -> Iterator[Finding]:
+    spec = state.get("spec") or {}
+    collection = spec.get("collection") or state.get("collection")
+    field = spec.get("field")
+    if state.get("mode", spec.get("mode")) != "declarative" or not collection or not field:
+        return
+    key = (collection, field)
+    if key not in indexed:
+        indexed[key] = _has_version_index(rt, collection, field)
+    if not indexed[key]:
+        yield Finding(
+            "missing_version_index",
+            state["_id"],
+            collection,
+            f"{collection} has no {{{field}: 1, _id: 1}} index (nor any led by {field}): "
+            f"passes and drift probes of {state['_id']} scan the collection "
+            "(create it, or declare versioning and run `migronaut converge`)",
+            "warning",
+        )
+
+
+def _has_version_index(rt: Runtime, collection: str, field: str) -> bool:
+    try:  # read afresh: the runtime's cache may predate a dropped index
+        keys = [dict(index["key"]) for index in rt.db[collection].list_indexes()]
+    except PyMongoError:
+        return False
+    return any(next(iter(key), None) == field for key in keys)
+
+
+def _watch_findings(watch: WatchStore) -> Iterator[Finding]:
+    for row in watch.statuses():
+        if row.get("state") in ("streaming", "starting") and not row.get("fresh"):
+            leader = row.get("leader") or {}
+            where = f"{leader.get('host') or '?'} pid {leader.get('pid') or '?'}"
+            yield Finding(
+                "dead_watcher",
+                None,
+                row["_id"],
+                f"the watcher of {row['_id']} says {row['state']} but its leader ({where}) "
+                f"has not written for over {STREAMING_FRESH_SECONDS:.0f} s; "
+                "start `watch_background()` again",
+                "error",
+            )
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
