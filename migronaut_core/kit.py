@@ -431,13 +431,13 @@ class Migronaut:
         :param validate: also run the real write path in a snapshot transaction
             that is always aborted: unique indexes and validators are checked
             (failures are reported with reason ``write``).
-        :param steps: for step migrations: run this many steps in an aborted
-            transaction instead. Step dry runs are not supported by this release
-            yet (ConfigInvalidError).
+        :param steps: for step migrations: run this many steps (default 1, at most
+            100) from the last checkpoint in a transaction that is always aborted;
+            only writes made with ``ctx.session`` are rolled back.
         :param from_start: for step migrations: start from no checkpoint rather
-            than the registered one (with ``steps``).
+            than the registered one.
         :raises ConfigInvalidError: ``sample`` with ``first``, a size out of
-            range, step options, or a step migration.
+            range, or step options for a declarative migration.
         :raises TransactionsUnsupportedError: ``validate`` on a standalone server.
         """
         return self.background.dry_run(
