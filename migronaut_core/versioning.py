@@ -214,57 +214,6 @@ def occ_filter(
     return query
 
 
-def id_filter(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """The filter that matches ``doc`` by ``_id`` alone (the server's fast path)."""
-    if "_id" not in doc:
-        raise ConfigInvalidError("the document has no _id", {"key": "_id"})
-    return {"_id": _exact(doc["_id"])}
-
-
-def _matches_expr(path: str, expected: Any) -> dict[str, Any]:
-    """An expression true when field ``path`` holds ``expected`` as a filter would match it.
-
-    ``None`` means missing or null, like ``{path: null}`` in a query.
-    """
-    if expected is None:
-        return {"$eq": [{"$ifNull": [f"${path}", None]}, None]}
-    return {"$eq": [f"${path}", {"$literal": expected}]}
-
-
-def guarded_pipeline(
-    doc: Mapping[str, Any],
-    update: Mapping[str, Any],
-    *,
-    field: str,
-    version: int,
-    revision_field: str | None = None,
-) -> list[dict[str, Any]]:
-    """Turn a :func:`stamped_diff` update into a pipeline that applies only if nobody wrote first.
-
-    The update is addressed by ``_id`` alone (:func:`id_filter`), which keeps the
-    server on its ``_id`` fast path; the optimistic-concurrency check moves into the
-    update itself: every written field is ``$cond``-itioned on the document still
-    being at ``version`` and (with ``revision_field``) at the revision it was read
-    with — the same test :func:`occ_filter` makes. All conditions of one ``$set``
-    stage see the document as it was, so either every field changes or none does.
-    A write that did not apply shows as *not modified* (the stamp always changes
-    the version, so an applied write always modifies the document).
-    """
-    _check_names(field, revision_field)
-    conditions = [_matches_expr(field, None if version == 0 else version)]
-    if revision_field is not None:
-        conditions.append(_matches_expr(revision_field, doc.get(revision_field)))
-    guard = conditions[0] if len(conditions) == 1 else {"$and": conditions}
-    stage: dict[str, Any] = {}
-    for name, value in update.get("$set", {}).items():
-        stage[name] = {"$cond": [guard, {"$literal": value}, f"${name}"]}
-    for name in update.get("$unset", {}):
-        stage[name] = {"$cond": [guard, "$$REMOVE", f"${name}"]}
-    for name, step in update.get("$inc", {}).items():
-        stage[name] = {"$cond": [guard, {"$add": [f"${name}", step]}, f"${name}"]}
-    return [{"$set": stage}]
-
-
 # ─── BSON-exact equality ──────────────────────────────────────────────────────
 
 
