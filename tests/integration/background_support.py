@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import textwrap
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,3 +80,27 @@ def make_kit(
     mongo_uri: str, db: Database[dict[str, Any]], migrations: Path, **extra: Any
 ) -> Migronaut:
     return Migronaut(uri=mongo_uri, database=db.name, migrations_dir=str(migrations), **extra)
+
+
+INITIALS_NAME = "20240102000000_add_initials"
+ADD_INITIALS = """
+description = "Add initials"
+
+background = {"collection": "users", "from": 2, "to": 3, "batch_size": 100, "max_parallel": 2}
+
+
+def migrate(doc, ctx):
+    doc["initials"] = doc["first"][:1] + doc["last"][:1]
+    return doc
+"""
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "it") -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)

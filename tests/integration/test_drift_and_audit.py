@@ -8,8 +8,7 @@ not otherwise.
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,9 +22,12 @@ from migronaut_core.background.spec import BackgroundSpec
 from migronaut_core.cli import main
 from migronaut_core.errors import ConfigInvalidError
 from tests.integration.background_support import (
+    ADD_INITIALS,
+    INITIALS_NAME,
     SPLIT_NAME,
     make_kit,
     seed_users,
+    wait_until,
     write_background,
 )
 
@@ -33,28 +35,6 @@ Db = Database[dict[str, Any]]
 WATCH_ROWS = "migronaut_background_watch"
 STATES = "migronaut_background"
 VERSION_INDEX = "_v_1__id_1"
-
-INITIALS_NAME = "20240102000000_add_initials"
-ADD_INITIALS = """
-description = "Add initials"
-
-background = {"collection": "users", "from": 2, "to": 3, "batch_size": 100, "max_parallel": 2}
-
-
-def migrate(doc, ctx):
-    doc["initials"] = doc["first"][:1] + doc["last"][:1]
-    return doc
-"""
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "it") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +29,12 @@ from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.watch import Watcher
 from migronaut_core.errors import ConfigInvalidError
 from tests.integration.background_support import (
+    ADD_INITIALS,
+    INITIALS_NAME,
     SPLIT_NAME,
     make_kit,
     seed_users,
+    wait_until,
     write_background,
 )
 from tests.integration.test_transactional_and_steps import standalone_uri  # noqa: F401
@@ -39,28 +42,6 @@ from tests.integration.test_transactional_and_steps import standalone_uri  # noq
 TTL_SECONDS = 2
 REPO = Path(__file__).resolve().parents[2]
 WATCH_ROWS = "migronaut_background_watch"
-
-INITIALS_NAME = "20240102000000_add_initials"
-ADD_INITIALS = """
-description = "Add initials"
-
-background = {"collection": "users", "from": 2, "to": 3, "batch_size": 100, "max_parallel": 2}
-
-
-def migrate(doc, ctx):
-    doc["initials"] = doc["first"][:1] + doc["last"][:1]
-    return doc
-"""
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "it") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def completed_kit(mongo_uri: str, db: Database[dict[str, Any]], migrations: Path) -> Migronaut:
