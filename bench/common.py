@@ -10,10 +10,12 @@ version 1 to 2 by a small Python transform that splits ``name`` into ``first`` a
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -282,6 +284,7 @@ def split_name(name: str) -> tuple[str, str]:
 def migrations_dir(batch_size: int = BATCH_SIZE) -> Path:
     """A temporary directory holding the benchmark's background migration file."""
     directory = Path(tempfile.mkdtemp(prefix="migronaut-bench-migrations-"))
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
     (directory / f"{MIGRATION_NAME}.py").write_text(MIGRATION_SOURCE.format(batch_size=batch_size))
     return directory
 
