@@ -23,6 +23,7 @@ from migronaut_core.background.shard import ShardCatalog
 from migronaut_core.background.spec import BackgroundFunctions, BackgroundSpec
 from migronaut_core.background.store import BackgroundStore
 from migronaut_core.lock import MongoLock
+from migronaut_core.runner import supports_transactions
 
 log = logging.getLogger("migronaut_core.background")
 
@@ -124,9 +125,7 @@ class Runtime:
     def supports_transactions(self) -> bool:
         """Whether the deployment runs multi-document transactions (asked once)."""
         if self._transactions is None:
-            self.client.admin.command("ping")
-            kind = self.client.topology_description.topology_type_name
-            self._transactions = kind in ("ReplicaSetWithPrimary", "Sharded")
+            self._transactions = supports_transactions(self.client)
         return self._transactions
 
     def forget_indexes(self, collection: str) -> None:

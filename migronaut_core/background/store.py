@@ -50,7 +50,6 @@ MAX_DOC_ERRORS = 100
 MAX_HISTORY = 100
 
 OPEN_STATUSES = ("pending", "running")
-COUNTER_KEYS = ("scanned", "migrated", "skipped", "conflicts", "retried", "failed", "batches")
 
 Document = dict[str, Any]
 

@@ -67,7 +67,7 @@ def progress(state: Mapping[str, Any], partitions: Sequence[Mapping[str, Any]]) 
 
 def eta_seconds(state: Mapping[str, Any], done_now: int, estimate: int) -> float | None:
     """Seconds left at the pass's average rate so far; None when it cannot be told."""
-    started = state.get("last_progress_at") and state.get("started_at")
+    started = state.get("started_at")
     if state.get("status") != "running" or not started or estimate <= done_now or done_now <= 0:
         return None
     begun = pendulum.instance(state["started_at"])
