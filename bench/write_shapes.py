@@ -59,6 +59,18 @@ def filter_guard(doc: dict[str, Any], first: str, last: str) -> UpdateOne:
     )
 
 
+def filter_hinted(doc: dict[str, Any], first: str, last: str) -> UpdateOne:
+    return UpdateOne(
+        {"_id": doc["_id"], "_v": 1, "rev": doc["rev"]},
+        {
+            "$set": {"first": first, "last": last, "_v": 2},
+            "$unset": {"name": ""},
+            "$inc": {"rev": 1},
+        },
+        hint="_id_",
+    )
+
+
 def cond_per_field(doc: dict[str, Any], first: str, last: str) -> UpdateOne:
     guard = _guard(doc["rev"])
 
@@ -100,6 +112,7 @@ def pipeline_unguarded(doc: dict[str, Any], first: str, last: str) -> UpdateOne:
 SHAPES: dict[str, tuple[Shape, bool]] = {
     "unguarded": (unguarded, False),
     "filter": (filter_guard, False),
+    "filter, hint _id_": (filter_hinted, False),
     "cond per field": (cond_per_field, True),
     "replaceWith": (replace_with, True),
     "pipeline, no guard": (pipeline_unguarded, True),

@@ -181,7 +181,7 @@ def version_filter(field: str, version: int) -> dict[str, Any]:
     return {field: None if version == 0 else version}
 
 
-def _exact(value: Any) -> Any:
+def exact_value(value: Any) -> Any:
     """Return ``value`` as an equality operand the server cannot read as operators."""
     return {"$eq": value} if isinstance(value, Mapping) else value
 
@@ -207,10 +207,10 @@ def occ_filter(
     _check_names(field, revision_field)
     if "_id" not in doc:
         raise ConfigInvalidError("the document has no _id", {"key": "_id"})
-    query: dict[str, Any] = {"_id": _exact(doc["_id"])}
+    query: dict[str, Any] = {"_id": exact_value(doc["_id"])}
     query.update(version_filter(field, version))
     if revision_field is not None:
-        query[revision_field] = _exact(doc.get(revision_field))
+        query[revision_field] = exact_value(doc.get(revision_field))
     return query
 
 
@@ -417,6 +417,53 @@ def clone_document(doc: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(doc, Mapping):
         raise ConfigInvalidError("only a document (a mapping) can be cloned")
     return {key: _clone(value) for key, value in doc.items()}
+
+
+def _matches_expr(path: str, value: Any) -> dict[str, Any]:
+    """An aggregation test that ``path`` holds ``value``, as an equality filter on it would.
+
+    ``None`` stands for "missing or null" (aggregation ``$eq`` tells those apart;
+    ``$lte`` against ``null`` does not, and nothing else sorts that low but MinKey).
+    """
+    if value is None:
+        return {"$lte": [path, None]}
+    return {"$eq": [path, {"$literal": value}]}
+
+
+def guarded_pipeline(
+    doc: Mapping[str, Any],
+    update: Mapping[str, Any],
+    *,
+    field: str,
+    version: int,
+    revision_field: str | None = None,
+) -> list[dict[str, Any]]:
+    """Return ``update`` (a :func:`stamped_diff`) as a pipeline that guards itself.
+
+    The pipeline replaces the document with its updated form only while it is
+    still at ``version`` and at the revision ``doc`` was read with — the same
+    test as :func:`occ_filter` — and leaves it untouched otherwise. Paired with a
+    filter on ``_id`` alone, the server keeps its ``_id`` fast path, and an
+    applied write is one the server reports as *modified* (the stamp always
+    changes the document). Needs MongoDB 5.0+ (``$unsetField``).
+
+    The result is the document the plain update would leave, byte for byte: new
+    fields in the same order, and the revision still added on the server, so its
+    numeric type is kept as ``$inc`` keeps it.
+    """
+    _check_names(field, revision_field)
+    guard = [_matches_expr(f"${field}", None if version == 0 else version)]
+    if revision_field is not None:
+        guard.append(_matches_expr(f"${revision_field}", doc.get(revision_field)))
+    # Sorted: update operators add new fields in name order, and so does this.
+    changed = dict(sorted((update.get("$set") or {}).items()))
+    merged: Any = {"$mergeObjects": ["$$ROOT", {"$literal": changed}]}
+    for name in update.get("$inc") or {}:
+        merged["$mergeObjects"].append({name: {"$add": [f"${name}", update["$inc"][name]]}})
+    for name in update.get("$unset") or {}:
+        merged = {"$unsetField": {"field": name, "input": merged}}
+    test = guard[0] if len(guard) == 1 else {"$and": guard}
+    return [{"$replaceWith": {"$cond": [test, merged, "$$ROOT"]}}]
 
 
 # ─── The stamped diff ─────────────────────────────────────────────────────────

@@ -307,6 +307,7 @@ def job_for(
         generation=int(state.get("generation", 0)),
         cancel=cancel or CancelToken(),
         sharding=splitting.sharding,
+        guard="pipeline" if rt.supports_pipeline_guard() else "filter",
     )
 
 

@@ -351,6 +351,7 @@ def _job(
         hint=splitting.hint,
         log=logging.getLogger(f"migronaut.background.{name}"),
         generation=int((state or {}).get("generation", 0)),
+        guard="pipeline" if rt.supports_pipeline_guard() else "filter",
     )
 
 

@@ -29,6 +29,8 @@ log = logging.getLogger("migronaut_core.background")
 
 #: How long a collection's index keys are reused: indexes change on a deploy, not a batch.
 INDEX_CACHE_SECONDS = 30.0
+#: MongoDB 5.0's wire version: ``$unsetField``, which guarded pipelines need.
+PIPELINE_GUARD_WIRE_VERSION = 13
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +75,7 @@ class Runtime:
     _index_cache: dict[str, tuple[float, list[dict[str, Any]]]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _transactions: bool | None = None
+    _pipeline_guard: bool | None = None
 
     def __post_init__(self) -> None:
         if self.catalog is None:
@@ -127,6 +130,15 @@ class Runtime:
         if self._transactions is None:
             self._transactions = supports_transactions(self.client)
         return self._transactions
+
+    def supports_pipeline_guard(self) -> bool:
+        """Whether guarded writes can be ``_id``-keyed pipelines (MongoDB 5.0+; asked once)."""
+        if self._pipeline_guard is None:
+            hello = self.client.admin.command("hello")
+            self._pipeline_guard = (
+                int(hello.get("maxWireVersion", 0)) >= PIPELINE_GUARD_WIRE_VERSION
+            )
+        return self._pipeline_guard
 
     def forget_indexes(self, collection: str) -> None:
         """Read a collection's indexes afresh next time, and warn about them again."""
