@@ -132,6 +132,18 @@ def _check_count(value: Any, key: str) -> int:
 
 
 def _check_names(field: str, revision_field: str | None) -> None:
+    with contextlib.suppress(TypeError):  # an unhashable name is checked (and refused) below
+        if (field, revision_field) in _VALID_NAMES:
+            return
+    _check_names_anew(field, revision_field)
+    _VALID_NAMES.add((field, revision_field))
+
+
+#: Name pairs already found valid: the per-document calls skip the checks.
+_VALID_NAMES: set[tuple[str, str | None]] = set()
+
+
+def _check_names_anew(field: str, revision_field: str | None) -> None:
     _check_field_name(field, "field")
     if revision_field is None:
         return
@@ -385,16 +397,27 @@ def bson_equal(a: Any, b: Any) -> bool:
     of one type and ``==``: a spurious "different" costs one rewritten field,
     a spurious "same" would lose a change.
     """
+    if a is b:
+        return True  # one object encodes one way (NaN included, which equals itself here)
+    kind_of_a = type(a)
+    if kind_of_a is type(b) and kind_of_a in _PLAIN_EQUAL:
+        return bool(a == b)
     kind = bson_type_name(a)
     if kind != bson_type_name(b):
         return False
     return _same_kind_equal(kind, a, b)
 
 
+#: Exact types whose equal values always encode to the same BSON bytes.
+_PLAIN_EQUAL: Final = frozenset({str, int, bool, ObjectId})
+
+
 # ─── Copies ───────────────────────────────────────────────────────────────────
 
 
 def _clone(value: Any) -> Any:
+    if type(value) in _PLAIN_IMMUTABLE:
+        return value
     if isinstance(value, _IMMUTABLE) and not isinstance(value, Code):
         return value
     if isinstance(value, Mapping):
@@ -404,6 +427,12 @@ def _clone(value: Any) -> Any:
     if isinstance(value, tuple):
         return tuple(_clone(item) for item in value)
     return copy.deepcopy(value)
+
+
+#: Exact immutable types, checked before the slower ``isinstance`` of :data:`_IMMUTABLE`.
+_PLAIN_IMMUTABLE: Final = frozenset(
+    {str, int, float, bool, type(None), ObjectId, datetime.datetime}
+)
 
 
 def clone_document(doc: Mapping[str, Any]) -> dict[str, Any]:

@@ -43,10 +43,8 @@ from migronaut_core.versioning import (
     exact_value,
     guarded_pipeline,
     occ_filter,
-    revision_of,
     stamped_diff,
     version_filter,
-    version_of,
 )
 
 Direction = Literal["forward", "revert"]
@@ -296,6 +294,48 @@ def _by_ids(docs: Sequence[Document], partitioner: Partitioner) -> Document:
     return {"_id": {"$in": [doc["_id"] for doc in docs]}}
 
 
+@dataclass
+class WriteRound:
+    """One round of a batch, ready to write: the guarded updates and who they are for."""
+
+    ops: list[UpdateOne]
+    owners: list[Document]
+    errors: list[DocError]
+
+
+@dataclass(frozen=True)
+class Written:
+    """What the server said of a round: updates applied, per-op errors, time taken."""
+
+    applied: int
+    failed: dict[int, Document]
+    elapsed_ms: float
+
+
+def prepare_round(
+    job: Job, docs: Sequence[Document], ctx: TransformContext, *, strict: bool = False
+) -> WriteRound:
+    """Transform ``docs`` and build their guarded updates (no database write)."""
+    ops, owners, errors = build_ops(job, transform_all(job, docs, ctx))
+    if strict and errors:
+        raise DocumentFailedError(errors[0])
+    return WriteRound(ops, owners, errors)
+
+
+def write_round(
+    job: Job,
+    collection: Collection[Document],
+    round_: WriteRound,
+    session: ClientSession | None = None,
+) -> Written:
+    """Write a prepared round; safe to run on another thread than the one preparing the next."""
+    started = time.monotonic()
+    applied, failed = write_ops(
+        collection, round_.ops, write_concern=job.spec.write_concern, session=session
+    )
+    return Written(applied, failed, _elapsed_ms(started))
+
+
 def apply_batch(
     job: Job,
     docs: Sequence[Document],
@@ -313,39 +353,52 @@ def apply_batch(
     :param abort_on_conflict: (transactions) raise BackgroundConflictError when a
         document changed under the batch instead of re-reading it.
     """
-    spec = job.spec
+    round_ = prepare_round(job, docs, ctx, strict=strict)
+    written = write_round(job, collection, round_, session)
+    return finish_batch(
+        job,
+        round_,
+        written,
+        collection,
+        ctx,
+        session=session,
+        strict=strict,
+        abort_on_conflict=abort_on_conflict,
+    )
+
+
+def finish_batch(
+    job: Job,
+    round_: WriteRound,
+    written: Written,
+    collection: Collection[Document],
+    ctx: TransformContext,
+    *,
+    session: ClientSession | None = None,
+    strict: bool = False,
+    abort_on_conflict: bool = False,
+) -> BatchResult:
+    """Count a written round, and re-read, transform and write again what a concurrent write moved.
+
+    Every applied update rewrote one document (the stamp always changes it), so the
+    server's modified count is the exact number migrated, whatever the application
+    does to those documents afterwards.
+    """
     result = BatchResult()
-    pending: Sequence[Document] = docs
     conflict_round = 0
-    while pending:
-        ops, owners, errors = build_ops(job, transform_all(job, pending, ctx))
-        if strict and errors:
-            raise DocumentFailedError(errors[0])
-        result.errors.extend(errors)
-        applied, failed = write_ops(
-            collection, ops, write_concern=spec.write_concern, session=session
-        )
-        write_errors = [
-            DocError(
-                owners[index]["_id"],
-                write_error_text(entry.get("code"), entry.get("errmsg")),
-                "write",
-            )
-            for index, entry in failed.items()
-        ]
-        if strict and write_errors:
-            raise DocumentFailedError(write_errors[0])
-        result.errors.extend(write_errors)
-        written = len(ops) - len(failed)
-        if applied == written:
-            result.migrated += written
+    while True:
+        _record_round(round_, written, result, strict=strict)
+        expected = len(round_.ops) - len(written.failed)
+        result.migrated += written.applied
+        if written.applied == expected:
             return result
         if abort_on_conflict:
             raise BackgroundConflictError(
                 "a document changed under the transactional batch", {"reason": "write-conflict"}
             )
-        candidates = [owner for index, owner in enumerate(owners) if index not in failed]
-        stale = _settle(job, candidates, collection, session, result, applied)
+        candidates = [o for index, o in enumerate(round_.owners) if index not in written.failed]
+        stale = _still_at_source(job, candidates, collection, session)
+        result.skipped += expected - written.applied - len(stale)
         if not stale:
             return result
         retry = list(
@@ -354,56 +407,56 @@ def apply_batch(
         result.skipped += len(stale) - len(retry)
         if not retry:
             return result
-        if conflict_round >= spec.max_conflict_retries:
+        if conflict_round >= job.spec.max_conflict_retries:
             result.conflicts += len(retry)
             result.left.extend(doc["_id"] for doc in retry)
             return result
         result.retried += len(retry)
-        pending = retry
         conflict_round += 1
-    return result
+        round_ = prepare_round(job, retry, ctx, strict=strict)
+        written = write_round(job, collection, round_, session)
 
 
-def _settle(
+def _record_round(
+    round_: WriteRound, written: Written, result: BatchResult, *, strict: bool
+) -> None:
+    """Add a round's transform errors and per-document write errors to ``result``."""
+    result.errors.extend(round_.errors)
+    write_errors = [
+        DocError(
+            round_.owners[index]["_id"],
+            write_error_text(entry.get("code"), entry.get("errmsg")),
+            "write",
+        )
+        for index, entry in written.failed.items()
+    ]
+    if strict and write_errors:
+        raise DocumentFailedError(write_errors[0])
+    result.errors.extend(write_errors)
+
+
+def _still_at_source(
     job: Job,
     candidates: Sequence[Document],
     collection: Collection[Document],
     session: ClientSession | None,
-    result: BatchResult,
-    applied: int,
 ) -> list[Document]:
-    """Judge the written documents after a short match: count them, return the stale ones."""
+    """The candidates still at the source version: their update missed a concurrent write."""
     spec = job.spec
-    projection = {spec.field: 1, **({spec.revision_field: 1} if spec.revision_field else {})}
-    now_by_key = {
-        canonical_id_key(doc["_id"]): doc
+    now = {
+        canonical_id_key(doc["_id"])
         for doc in collection.find(
-            _by_ids(candidates, job.partitioner), projection, session=session
+            {
+                "$and": [
+                    _by_ids(candidates, job.partitioner),
+                    version_filter(spec.field, job.source),
+                ]
+            },
+            {"_id": 1},
+            session=session,
         )
     }
-    stale = []
-    at_target = ours = 0
-    for before in candidates:
-        now = now_by_key.get(canonical_id_key(before["_id"]))
-        if now is None:
-            result.skipped += 1
-            continue
-        version = version_of(now, spec.field)
-        if version == job.target:
-            at_target += 1
-            expected = (revision_of(before, spec.revision_field) or 0) + 1
-            if spec.revision_field is None or revision_of(now, spec.revision_field) == expected:
-                ours += 1
-        elif version == job.source:
-            stale.append(before)
-        else:
-            result.skipped += 1
-    # Each write this batch applied counts, even one the application wrote over since (its
-    # revision moved on); more at our revision are a stalled lane's, whose checkpoint is refused.
-    claimed = min(at_target, max(applied, ours))
-    result.migrated += claimed
-    result.skipped += at_target - claimed
-    return stale
+    return [doc for doc in candidates if canonical_id_key(doc["_id"]) in now]
 
 
 class DocumentFailedError(BackgroundFailedError):

@@ -354,6 +354,15 @@ class Partitioner(Protocol):
         """The name a plan records."""
         ...
 
+    @property
+    def reads_ahead(self) -> bool:
+        """Whether the next batch can be read before the current one is written.
+
+        True when a batch's cursor moves past its documents whatever the write
+        does to them; a partition that drains its scope re-reads until empty.
+        """
+        ...
+
     def plan(
         self,
         collection: Collection[Any],
@@ -480,6 +489,7 @@ class IdRangePartitioner:
     """
 
     id: Final = "id-range"
+    reads_ahead: Final = True
 
     # ── planning ──
 

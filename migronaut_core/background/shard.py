@@ -595,6 +595,7 @@ class ShardPartitioner:
     """
 
     id: Final = "shard"
+    reads_ahead: Final = False
 
     def __init__(
         self,

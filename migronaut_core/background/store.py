@@ -639,9 +639,12 @@ class BackgroundStore:
         throttle: Mapping[str, Any] | None = None,
         fields: Mapping[str, Any] | None = None,
         session: ClientSession | None = None,
+        intent: Sequence[Any] = (),
     ) -> None:
         """Record a batch's progress, fenced by the lease; ``done`` releases the partition.
 
+        :param intent: the ids the next batch is about to write (see
+            :meth:`record_intent`), noted in the same write.
         :raises LeaseLost: the lease is not ours any more; nothing was written.
         """
         update: Document = {
@@ -660,11 +663,17 @@ class BackgroundStore:
             update["$set"]["throttle"] = dict(throttle)
         if fields:
             update["$set"].update(fields)
-        update["$unset"] = {"inflight": ""}
+        unset: Document = {}
+        if intent:
+            update["$set"]["inflight"] = {"ids": list(intent)}
+        else:
+            unset["inflight"] = ""
         if done:
             update["$set"]["status"] = "done"
-            update["$unset"]["lease"] = ""
+            unset["lease"] = ""
             del update["$currentDate"]
+        if unset:
+            update["$unset"] = unset
         result = self.partitions.update_one(self._fenced(lease), update, session=session)
         if result.matched_count != 1:
             raise _lost(lease)

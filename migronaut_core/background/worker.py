@@ -22,6 +22,7 @@ from migronaut_core.background.engine import (
     plain_batch,
     settle_dead_lane_batch,
 )
+from migronaut_core.background.readahead import reads_ahead, work_reading_ahead
 from migronaut_core.background.steps import run_step
 from migronaut_core.background.store import BackgroundStore
 from migronaut_core.background.transactional import (
@@ -45,6 +46,8 @@ def process_partition(job: Job, ctx: PartitionContext, store: BackgroundStore) -
     sizing = TransactionSizing(job.spec.batch_size)
     if ctx.partition.get("inflight"):
         settle_dead_lane_batch(job, ctx)
+    if reads_ahead(job):
+        return work_reading_ahead(job, ctx, store, cursor)
     batches = 0
     while True:
         if job.cancel.cancelled:

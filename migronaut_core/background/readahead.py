@@ -1,0 +1,179 @@
+"""Plain batches with the next batch read and transformed while the current one is written.
+
+One batch at a time, a lane leaves the server idle while it reads and transforms,
+and itself idle while the server writes. Here the write of batch *n* runs on a
+helper thread while the lane reads and transforms batch *n+1*: a range the cursor
+has already moved to, whatever the write does to batch *n*. The checkpoint of
+batch *n* notes the ids of batch *n+1* as the in-flight intent in the same write,
+so each write is still preceded by a durable note of its ids (totals stay exact
+across ``kill -9``) without a round trip of its own.
+
+Only for plain batches (no transaction, no steps) of partitioners whose cursor
+does not depend on the write (:attr:`~migronaut_core.background.partition.Partitioner.reads_ahead`).
+Pause, cancel and the slice deadline are judged before each checkpoint, so a lane
+still stops within one batch and never leaves an intent it will not write.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
+
+from pymongo.collection import Collection
+
+from migronaut_core.background.engine import (
+    Document,
+    Job,
+    PartitionContext,
+    PartitionResult,
+    TransformContext,
+    WriteRound,
+    Written,
+    add_counters,
+    control_outcome,
+    errors_of,
+    finish_batch,
+    over_error_budget,
+    prepare_round,
+    write_round,
+)
+from migronaut_core.background.partition import find
+from migronaut_core.background.store import BackgroundStore
+
+
+@dataclass
+class _Batch:
+    """A batch read and transformed, not yet written."""
+
+    cursor: dict[str, Any]
+    limit: int
+    docs: list[Document]
+    round: WriteRound
+
+    @property
+    def ids(self) -> list[Any]:
+        return [doc["_id"] for doc in self.docs]
+
+
+def reads_ahead(job: Job) -> bool:
+    """Whether :func:`work_reading_ahead` can work this job's partitions."""
+    return job.spec.mode != "step" and job.spec.transaction is None and job.partitioner.reads_ahead
+
+
+def work_reading_ahead(
+    job: Job, ctx: PartitionContext, store: BackgroundStore, cursor: Mapping[str, Any]
+) -> PartitionResult:
+    """Work one partition from ``cursor``, the same outcomes as ``process_partition``."""
+    counters: dict[str, int] = {}
+    collection = ctx.db[job.collection]
+    transform_ctx = ctx.transform_context(job)
+    if ctx.lease_lost():
+        store.checkpoint(ctx.lease, cursor=cursor, counters={})  # raises LeaseLost
+    stop = _stop_reason(job, ctx, first=True) or _wait_for_throttle(job, ctx)
+    if stop is not None:
+        return PartitionResult(stop, counters)
+    batch = _read(job, ctx, collection, transform_ctx, dict(cursor))
+    if batch.docs:
+        store.record_intent(ctx.lease, batch.ids)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="migronaut-write") as writer:
+        while True:
+            started = time.monotonic()
+            pending = writer.submit(write_round, job, collection, batch.round)
+            next_cursor = job.partitioner.advance(batch.cursor, batch.docs, limit=batch.limit)
+            ahead = _read_while_writing(job, ctx, collection, transform_ctx, next_cursor, pending)
+            written = _written(ctx, pending)
+            result = finish_batch(job, batch.round, written, collection, transform_ctx)
+            batch_counters = result.counters(len(batch.docs))
+            add_counters(counters, batch_counters)
+            done = next_cursor is None or (ahead is not None and not ahead.docs)
+            stop = None if done else _stop_reason(job, ctx, first=False)
+            go_on = not done and stop is None
+            bad_ids, doc_errors = errors_of(result.errors)
+            store.checkpoint(
+                ctx.lease,
+                cursor=next_cursor if next_cursor is not None else batch.cursor,
+                counters=batch_counters,
+                bad_ids=bad_ids,
+                doc_errors=doc_errors,
+                done=done,
+                throttle=ctx.throttle.state(),
+                intent=ahead.ids if go_on and ahead is not None else (),
+            )
+            if ctx.on_batch is not None:
+                latency_ms = int((time.monotonic() - started) * 1000)
+                ctx.on_batch({"counters": batch_counters, "latency_ms": latency_ms})
+            failure = over_error_budget(job, store) if result.errors else None
+            if failure is not None:
+                if go_on:
+                    store.settle_inflight(ctx.lease, migrated=0)
+                return PartitionResult("failed", counters, failure)
+            if done or ahead is None:
+                return PartitionResult("exhausted", counters)
+            if stop is not None:
+                return PartitionResult(stop, counters)
+            stop = _wait_for_throttle(job, ctx)
+            if stop is not None:
+                store.settle_inflight(ctx.lease, migrated=0)
+                return PartitionResult(stop, counters)
+            batch = ahead
+
+
+def _stop_reason(job: Job, ctx: PartitionContext, *, first: bool) -> str | None:
+    """Why the lane must not write another batch now (``None``: go on)."""
+    if job.cancel.cancelled:
+        return "stopped"
+    if not first and time.monotonic() >= ctx.deadline:
+        return "yielded"
+    return control_outcome(ctx.read_control(), job, ctx.partition["plan"])
+
+
+def _wait_for_throttle(job: Job, ctx: PartitionContext) -> str | None:
+    return "stopped" if ctx.throttle.before_batch(job.cancel) else None
+
+
+def _read(
+    job: Job,
+    ctx: PartitionContext,
+    collection: Collection[Document],
+    transform_ctx: TransformContext,
+    cursor: dict[str, Any],
+) -> _Batch:
+    limit = ctx.throttle.next_batch_size()
+    query = job.partitioner.batch_query(
+        ctx.partition["scope"], cursor, limit=limit, match=job.match, hint=job.hint
+    )
+    docs = find(collection, query)
+    return _Batch(cursor, limit, docs, prepare_round(job, docs, transform_ctx))
+
+
+def _read_while_writing(
+    job: Job,
+    ctx: PartitionContext,
+    collection: Collection[Document],
+    transform_ctx: TransformContext,
+    cursor: dict[str, Any] | None,
+    pending: Future[Written],
+) -> _Batch | None:
+    """The next batch, read while ``pending`` writes; never returns before the write ends."""
+    if cursor is None:
+        return None
+    try:
+        return _read(job, ctx, collection, transform_ctx, cursor)
+    except BaseException:
+        wait([pending])  # no write may outlive the lane's giving up
+        raise
+
+
+def _written(ctx: PartitionContext, pending: Future[Written]) -> Written:
+    started = time.monotonic()
+    try:
+        written = pending.result()
+    except Exception as error:
+        elapsed_ms = (time.monotonic() - started) * 1000
+        ctx.throttle_changed(ctx.throttle.after_error(error, elapsed_ms))
+        raise
+    ctx.throttle_changed(ctx.throttle.after_batch(written.elapsed_ms))
+    return written
