@@ -43,6 +43,12 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["migronaut_airflow.triggers.lanes"],
             }
         ],
+        "plugins": [
+            {
+                "name": "migronaut",
+                "plugin-class": "migronaut_airflow.plugins.plugin.MigronautPlugin",
+            }
+        ],
         "integrations": [
             {
                 "integration-name": "migronaut",

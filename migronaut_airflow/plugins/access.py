@@ -1,0 +1,106 @@
+"""Who may see and steer a migration: the signed-in Airflow user and its rights on the DAG.
+
+A plugin's FastAPI app gets no authentication from Airflow, so every route of
+this one depends on :data:`CurrentUser` — Airflow's own ``get_user`` dependency:
+an ``Authorization: Bearer <JWT>`` header (a token from ``POST /auth/token``)
+or, without one, the ``_token`` cookie the Airflow UI's sign-in sets (httponly,
+SameSite=Lax, sent by the browser to these same-origin pages and their
+``fetch`` calls). No token: 401; a bad or revoked one: 403 (as Airflow answers).
+
+Rights are the auth manager's rights on the migration's DAG,
+``migronaut_bg__<name>``: reading needs ``GET`` on it, controls need ``PUT``
+(edit), starting its DAG after a resume needs ``POST`` on its runs. The list
+shows only the migrations whose DAG the user may read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated
+
+from airflow.api_fastapi.app import get_auth_manager
+from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
+from airflow.api_fastapi.core_api.security import GetUserDep
+from fastapi import Depends
+
+from migronaut_airflow.operators.background import dag_id_for
+
+if TYPE_CHECKING:
+    from airflow.api_fastapi.auth.managers.base_auth_manager import ResourceMethod
+    from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
+
+#: The signed-in Airflow user (401 without a token, 403 with a bad one).
+CurrentUser = GetUserDep
+
+
+class AccessDeniedError(Exception):
+    """The signed-in user lacks the right an operation needs on the migration's DAG."""
+
+    def __init__(self, migration: str, needs: str) -> None:
+        dag_id = dag_id_for(migration)
+        super().__init__(f"you need {needs} access to the DAG {dag_id} for this")
+        self.message = str(self)
+        self.context = {"migration": migration, "dag_id": dag_id, "needs": needs}
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """A user allowed an operation on one migration."""
+
+    migration: str
+    user: BaseUser
+
+    @property
+    def user_name(self) -> str:
+        return self.user.get_name()
+
+
+def may(user: BaseUser, migration: str, method: ResourceMethod) -> bool:
+    """Whether ``user`` may ``method`` the migration's DAG itself."""
+    return get_auth_manager().is_authorized_dag(
+        method=method, details=DagDetails(id=dag_id_for(migration)), user=user
+    )
+
+
+def may_trigger(user: BaseUser, migration: str) -> bool:
+    """Whether ``user`` may start runs of the migration's DAG."""
+    return get_auth_manager().is_authorized_dag(
+        method="POST",
+        access_entity=DagAccessEntity.RUN,
+        details=DagDetails(id=dag_id_for(migration)),
+        user=user,
+    )
+
+
+def readable(user: BaseUser, migrations: Iterable[str]) -> set[str]:
+    """The migrations among ``migrations`` whose DAG ``user`` may read (one batch check)."""
+    by_dag = {dag_id_for(name): name for name in migrations}
+    allowed = get_auth_manager().filter_authorized_dag_ids(
+        dag_ids=set(by_dag), user=user, method="GET"
+    )
+    return {by_dag[dag_id] for dag_id in allowed}
+
+
+def reader(name: str, user: CurrentUser) -> Grant:
+    """Depend on read access to the migration ``name`` of the path."""
+    if not may(user, name, "GET"):
+        raise AccessDeniedError(name, "read")
+    return Grant(name, user)
+
+
+def editor(name: str, user: CurrentUser) -> Grant:
+    """Depend on edit access to the migration ``name`` of the path."""
+    if not may(user, name, "PUT"):
+        raise AccessDeniedError(name, "edit")
+    return Grant(name, user)
+
+
+Reader = Annotated[Grant, Depends(reader)]
+Editor = Annotated[Grant, Depends(editor)]
+
+
+def login_url(next_url: str | None = None) -> str:
+    """Where the auth manager signs people in (then back to ``next_url``)."""
+    manager = get_auth_manager()
+    return manager.get_url_login(next_url=next_url) if next_url else manager.get_url_login()

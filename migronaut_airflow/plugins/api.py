@@ -1,0 +1,137 @@
+"""The JSON API behind the pages, usable from scripts with an Airflow token.
+
+``GET /api/migrations`` lists the migrations the user may read, ``GET
+/api/migrations/{name}`` details one, ``POST /api/migrations/{name}/actions/{action}``
+applies a control with the signed-in user as ``requested_by``. Every route
+depends on the signed-in user first, so nothing is read or changed for a
+request that fails authentication or authorization.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+
+from migronaut_airflow.plugins import actions
+from migronaut_airflow.plugins.access import CurrentUser, Editor, Reader, may, may_trigger, readable
+from migronaut_airflow.plugins.models import (
+    ActionName,
+    ActionRequest,
+    ActionResult,
+    ErrorBody,
+    MigrationDetail,
+    MigrationList,
+    Permissions,
+)
+from migronaut_airflow.plugins.readings import detail, migration_names, summaries
+from migronaut_airflow.plugins.runs import start_migration_dag
+from migronaut_airflow.plugins.target import current_kit
+from migronaut_airflow.plugins.throughput import ThroughputSampler
+from migronaut_core import Migronaut
+from migronaut_core.background.spec import STATUSES
+from migronaut_core.errors import ConfigInvalidError
+
+log = logging.getLogger(__name__)
+
+#: The process's throughput samples (see :mod:`.throughput`).
+SAMPLER = ThroughputSampler()
+
+Kit = Annotated[Migronaut, Depends(current_kit)]
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": description}
+    for status, description in (
+        (400, "bad input"),
+        (401, "not signed in (no token)"),
+        (403, "a bad token, or no access to the migration's DAG"),
+        (503, "MongoDB or the UI's connection is not available"),
+    )
+}
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorBody, "description": "no such background migration"}
+}
+_CONFLICT: dict[int | str, dict[str, Any]] = {
+    409: {"model": ErrorBody, "description": "the action does not fit the migration's status"}
+}
+
+router = APIRouter(prefix="/api", tags=["background migrations"], responses=_ERRORS)
+
+
+def wanted_statuses(status: list[str] | None) -> set[str] | None:
+    """The statuses asked for (repeated or comma-separated); None for all.
+
+    :raises ConfigInvalidError: an unknown status.
+    """
+    if not status:
+        return None
+    wanted = {part.strip() for value in status for part in value.split(",") if part.strip()}
+    unknown = wanted.difference(STATUSES)
+    if unknown:
+        raise ConfigInvalidError(
+            f"unknown status {sorted(unknown)[0]!r}; expected one of {', '.join(STATUSES)}",
+            {"key": "status"},
+        )
+    return wanted or None
+
+
+@router.get("/migrations", summary="List background migrations")
+def list_migrations(
+    user: CurrentUser,
+    kit: Kit,
+    status: Annotated[
+        list[str] | None,
+        Query(description="only these statuses (repeat it, or separate with commas)"),
+    ] = None,
+) -> MigrationList:
+    """The migrations whose DAG the user may read, oldest first, with live progress."""
+    statuses = wanted_statuses(status)
+    names = readable(user, migration_names(kit))
+    rows = summaries(kit, names, statuses, SAMPLER) if names else []
+    return MigrationList(migrations=rows, total=len(rows), statuses=list(STATUSES))
+
+
+@router.get("/migrations/{name}", summary="Detail one background migration", responses=_NOT_FOUND)
+def get_migration(grant: Reader, kit: Kit) -> MigrationDetail:
+    """Partitions, history, throttle and drift; needs read access to its DAG."""
+    permissions = Permissions(
+        can_control=may(grant.user, grant.migration, "PUT"),
+        can_trigger=may_trigger(grant.user, grant.migration),
+    )
+    return detail(kit, grant.migration, SAMPLER, permissions)
+
+
+@router.post(
+    "/migrations/{name}/actions/{action}",
+    summary="Control a background migration",
+    responses={**_NOT_FOUND, **_CONFLICT},
+)
+def act(grant: Editor, action: ActionName, body: ActionRequest, kit: Kit) -> ActionResult:
+    """Pause, resume, cancel, retry, retry from start, repin or unlock; needs edit access.
+
+    The signed-in user is recorded as ``requested_by`` with the reason. After a
+    resume, retry or repin that leaves the migration runnable, its DAG is
+    started unless a run is active already (``dag_run`` / ``dag_run_note``).
+    """
+    reason = actions.clean_reason(body.reason)
+    result = actions.apply(
+        kit,
+        grant.migration,
+        action,
+        requested_by=grant.user_name,
+        reason=reason,
+        repin=body.repin,
+    )
+    log.info("%s: %s by %s (%s)", grant.migration, action, grant.user_name, result["applied"])
+    dag_run, note = None, None
+    if action in actions.RESTARTING and result["status"] in ("pending", "running"):
+        dag_run, note = start_migration_dag(grant, action)
+    return ActionResult(
+        migration=grant.migration,
+        action=action,
+        requested_by=grant.user_name,
+        dag_run=dag_run,
+        dag_run_note=note,
+        **result,
+    )

@@ -1,0 +1,272 @@
+"""The JSON shapes of the UI's API, as Pydantic models so the OpenAPI schema says what comes back.
+
+Every model lists its fields explicitly: what the engine's views return beyond
+them (scope bounds, cursors, failed ``_id``s, the spec's filter) is dropped on
+the way out, because those are document values or may be. Only identifiers,
+counts, statuses, times, and texts the engine already scrubbed leave the server.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: The controls the UI offers (the control DAG's actions).
+ActionName = Literal["pause", "resume", "cancel", "retry", "retry_from_start", "repin", "unlock"]
+#: Where a partition's cursor is, without its value (an ``_id``, a shard key or a checkpoint).
+CursorPosition = Literal["start", "moving", "end"]
+
+
+class ErrorBody(BaseModel):
+    """Every error answer: a stable code, a message for people, identifiers in ``context``."""
+
+    code: str = Field(examples=["BACKGROUND_CONFLICT"])
+    message: str
+    context: dict[str, Any] = Field(default_factory=dict)
+
+
+class Progress(BaseModel):
+    """Documents done in the current pass against the plan's estimate."""
+
+    estimate: int
+    at_least: bool = Field(description="the estimate is a lower bound (the count was capped)")
+    done: int = Field(description="migrated + skipped in this pass")
+    percent: float | None = Field(description="None before the pass is planned")
+
+
+class ThroughputPoint(BaseModel):
+    at: str = Field(description="ISO time of the later of two samples")
+    docs_per_second: float
+
+
+class Throughput(BaseModel):
+    """Documents per second, sampled by this API process from successive reads of the store.
+
+    The store keeps counters, not a time series: a rate is the change of ``done``
+    between two reads of the same pass. Samples live in memory for
+    ``window_seconds`` and start afresh when the API server restarts.
+    """
+
+    docs_per_second: float | None = Field(description="over the last minute of samples")
+    average_docs_per_second: float | None = Field(description="since the migration started")
+    window_seconds: int
+    series: list[ThroughputPoint]
+
+
+class MigrationSummary(BaseModel):
+    """One background migration as the list shows it."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    name: str
+    dag_id: str
+    status: str
+    phase: str | None = None
+    direction: str
+    mode: str | None = None
+    collection: str | None = None
+    description: str | None = None
+    pass_number: int = Field(alias="pass", description="the pass being run (1 for the first)")
+    generation: int
+    progress: Progress
+    processed: int = Field(description="documents done so far in this pass (progress.done)")
+    eta_seconds: float | None
+    live_leases: int = Field(description="lanes holding a live lease now")
+    max_parallel: int | None = None
+    partition_counts: dict[str, int] = Field(description="partitions of this pass by status")
+    failed_documents: int
+    last_error: str | None = None
+    waits_for: list[str] = Field(description="required migrations not completed yet (blocked)")
+    requires: list[str]
+    throughput: Throughput
+    created_at: str | None = None
+    started_at: str | None = None
+    completed_at: str | None = None
+    updated_at: str | None = None
+    last_progress_at: str | None = None
+
+
+class MigrationList(BaseModel):
+    migrations: list[MigrationSummary]
+    total: int
+    statuses: list[str] = Field(description="every status a migration can have (for filters)")
+
+
+class LeaseHolder(BaseModel):
+    """Who holds a partition; the lease's fencing token is never shown."""
+
+    owner: str | None = None
+    slot: int | None = None
+    renewed_at: str | None = None
+
+
+class ScopeSummary(BaseModel):
+    """What kind of range a partition covers, without its bounds."""
+
+    kind: str | None = None
+    bracket: str | None = Field(None, description="the _id type bracket of an id range")
+    group: str | None = Field(None, description="the shard of a shard-aware plan")
+
+
+class LaneThrottle(BaseModel):
+    batch_size: int | None = None
+    pause_ms: int | None = None
+
+
+class PartitionRow(BaseModel):
+    id: str
+    index: int | None = None
+    status: str | None = None
+    scope: ScopeSummary
+    cursor: CursorPosition
+    scanned: int
+    counters: dict[str, int]
+    failed_documents: int
+    slice_failures: int
+    last_error: str | None = None
+    lease: LeaseHolder | None = None
+    throttle: LaneThrottle | None = Field(None, description="the adaptive state a lane stored")
+    updated_at: str | None = None
+
+
+class HistoryEntry(BaseModel):
+    """One control or engine move: what, from which status to which, who, why, when."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    action: str | None = None
+    from_status: str | None = Field(None, alias="from")
+    to: str | None = None
+    by: str | None = None
+    reason: str | None = None
+    at: str | None = None
+    details: dict[str, bool | int | str] = Field(
+        default_factory=dict, description="what an unlock or repin did (lock, leases, replan)"
+    )
+
+
+class AdaptiveThrottle(BaseModel):
+    min_batch_size: int | None = None
+    max_batch_size: int | None = None
+    increase: int | None = None
+    decrease: float | None = None
+    target_latency_ms: int | None = None
+    max_pause_ms: int | None = None
+
+
+class ThrottleState(BaseModel):
+    """How the lanes are paced: the spec's settings and what adaptive lanes stored."""
+
+    batch_size: int | None = None
+    pause_ms: int = 0
+    max_lag_ms: int | None = None
+    adaptive: AdaptiveThrottle | None = None
+    lanes: list[LaneThrottle] = Field(description="stored per partition by adaptive lanes")
+
+
+class WatchLeader(BaseModel):
+    host: str | None = None
+    pid: int | None = None
+    owner: str | None = None
+    since: str | None = None
+
+
+class WatchRow(BaseModel):
+    """The change-stream drift watcher of the migration's collection (never its resume token)."""
+
+    collection: str
+    state: str
+    edges: list[str]
+    target: int | None = None
+    leader: WatchLeader | None = None
+    counters: dict[str, int]
+    last_event_at: str | None = None
+    last_error: str | None = None
+    updated_at: str | None = None
+    fresh: bool
+
+
+class Drift(BaseModel):
+    """Drift after completion: the collection's watcher rows and how often it was reopened."""
+
+    watch: list[WatchRow]
+    reopened: int = Field(description="reopen entries in the history (drift or a retry)")
+
+
+class PlanSummary(BaseModel):
+    partitioner: str | None = None
+    method: str | None = None
+    estimate: int | None = None
+    at_least: bool = False
+    degraded: bool = False
+    sharding: str | None = Field(None, description="off, untargeted, chunks or sampled")
+
+
+class CoordinatorSeen(BaseModel):
+    kind: str | None = None
+    ref: str | None = None
+    at: str | None = None
+
+
+class FailureReason(BaseModel):
+    """Why a document failed, without the document or its ``_id``."""
+
+    reason: str | None = None
+    error: str | None = None
+
+
+class Permissions(BaseModel):
+    can_control: bool = Field(description="edit access to the migration's DAG")
+    can_trigger: bool = Field(description="may start runs of the migration's DAG")
+
+
+class MigrationDetail(MigrationSummary):
+    """One background migration with its partitions, history, throttle and drift."""
+
+    totals: dict[str, int] = Field(description="counters of the passes already rolled up")
+    plan: PlanSummary | None = None
+    coordinator: CoordinatorSeen | None = None
+    round: int | None = None
+    partitions: list[PartitionRow] = Field(description="the partitions of this pass")
+    history: list[HistoryEntry] = Field(description="oldest first")
+    throttle: ThrottleState
+    drift: Drift
+    failure_reasons: list[FailureReason]
+    permissions: Permissions
+
+
+class ActionRequest(BaseModel):
+    """Why; recorded in the migration's history with the signed-in user."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(
+        description="required; whitespace runs (line breaks too) become one space",
+        examples=["checkout latency above SLO"],
+    )
+    repin: bool = Field(
+        False, description="retry and retry_from_start only: pin the file on disk first"
+    )
+
+
+class DagRunStarted(BaseModel):
+    dag_id: str
+    run_id: str
+    dag_paused: bool = Field(description="the DAG is paused in Airflow: the run waits for it")
+
+
+class ActionResult(BaseModel):
+    migration: str
+    action: ActionName
+    applied: Literal["changed", "unchanged"]
+    status: str
+    requested_by: str
+    replan: bool | None = None
+    stopped: bool | None = None
+    lock: bool | None = Field(None, description="unlock: the coordinator lock was held")
+    leases: int | None = Field(None, description="unlock: leases dropped")
+    dag_run: DagRunStarted | None = Field(
+        None, description="resume, retry and repin start the migration's DAG when none is active"
+    )
+    dag_run_note: str | None = Field(None, description="why no DAG run was started")

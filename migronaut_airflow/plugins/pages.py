@@ -1,0 +1,206 @@
+"""The pages: server-rendered shells that a little vanilla JavaScript fills from the JSON API.
+
+Every page and static file needs a signed-in Airflow user, like the API. Links
+are built from the request's ``root_path``, so the pages work at ``/migronaut/``
+on their own, inside the Airflow UI's iframe (same origin, so the browser sends
+the ``_token`` cookie to the page and to its ``fetch`` calls) and under an
+``[api] base_url`` with a path. Assets ship in the package (``static/``): no
+CDN, no build step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import quote
+
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from migronaut_airflow.operators.background import DAG_PREFIX
+from migronaut_airflow.plugins import actions
+from migronaut_airflow.plugins.access import CurrentUser, Reader, login_url
+from migronaut_airflow.plugins.api import Kit, wanted_statuses
+from migronaut_airflow.plugins.models import ErrorBody
+from migronaut_core.background.spec import STATUSES
+from migronaut_core.changelog import MAX_REASON_LENGTH
+from migronaut_core.errors import NotAppliedError
+
+HERE: Final = Path(__file__).resolve().parent
+STATIC_DIR: Final = HERE / "static"
+TEMPLATES_DIR: Final = HERE / "templates"
+
+#: The files ``/static/`` serves, by name (nothing else under the folder is reachable).
+STATIC_FILES: Final = {path.name: path for path in STATIC_DIR.iterdir() if path.is_file()}
+
+_templates = Environment(
+    loader=FileSystemLoader(TEMPLATES_DIR),
+    autoescape=select_autoescape(["html"]),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    """A control button: its action, label, what it does, and whether to warn first."""
+
+    name: str
+    label: str
+    help: str
+    destructive: bool
+
+
+CONTROLS: Final = (
+    Control("pause", "Pause", "Lanes stop before their next batch; resume continues.", False),
+    Control("resume", "Resume", "Run again from the checkpoints; starts its DAG.", False),
+    Control(
+        "cancel",
+        "Cancel",
+        "Stop for good: open partitions are cancelled (retry picks them up again).",
+        True,
+    ),
+    Control("retry", "Retry", "Retry a failed or cancelled migration from its checkpoints.", False),
+    Control(
+        "retry_from_start",
+        "Retry from start",
+        "Throw this pass's progress and failed documents away and plan again.",
+        True,
+    ),
+    Control("repin", "Repin", "Pin the migration file on disk as its version.", False),
+    Control(
+        "unlock",
+        "Unlock",
+        "Clear the coordinator lock and every lease; live lanes are cut off at their next write.",
+        True,
+    ),
+)
+assert {control.name for control in CONTROLS} == set(actions.ACTIONS)
+assert {c.name for c in CONTROLS if c.destructive} == actions.DESTRUCTIVE
+
+router = APIRouter(include_in_schema=False)
+
+
+def prefix_of(request: Request) -> str:
+    """Where this app is mounted (Airflow's base path + ``/migronaut``), without a trailing /."""
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
+def render(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
+    html = _templates.get_template(template).render(prefix=prefix_of(request), **context)
+    return HTMLResponse(html, status_code=status)
+
+
+@router.get("/", response_class=HTMLResponse)
+def list_page(request: Request, user: CurrentUser, status: str | None = None) -> HTMLResponse:
+    """Every migration the user may read, refreshed every two seconds."""
+    selected = sorted(wanted_statuses([status]) or []) if status else []
+    return render(
+        request,
+        "list.html",
+        page="list",
+        title="Background migrations",
+        user_name=user.get_name(),
+        statuses=STATUSES,
+        selected=selected[0] if len(selected) == 1 else "",
+    )
+
+
+@router.get("/migrations/{name}", response_class=HTMLResponse)
+def detail_page(request: Request, grant: Reader, kit: Kit) -> HTMLResponse:
+    """One migration: progress, partitions, history, throttle, drift and the controls."""
+    if kit.background.store.get(grant.migration, projection={"_id": 1}) is None:
+        raise NotAppliedError(
+            f"background migration {grant.migration} is not registered",
+            {"migration": grant.migration},
+        )
+    return render(
+        request,
+        "detail.html",
+        page="detail",
+        title=grant.migration,
+        name=grant.migration,
+        user_name=grant.user_name,
+        controls=CONTROLS,
+        max_reason=MAX_REASON_LENGTH,
+    )
+
+
+@router.get("/dags/{dag_id}", response_class=HTMLResponse)
+def dag_page(request: Request, dag_id: str, user: CurrentUser) -> Response:
+    """The per-DAG view: a migration's DAG opens its detail page; any other DAG says so."""
+    if dag_id.startswith(DAG_PREFIX) and len(dag_id) > len(DAG_PREFIX):
+        target = f"{prefix_of(request)}/migrations/{quote(dag_id.removeprefix(DAG_PREFIX))}"
+        return RedirectResponse(target, status_code=303)
+    return render(
+        request,
+        "not_migration.html",
+        page="none",
+        title="Not a background migration",
+        user_name=user.get_name(),
+        dag_id=dag_id,
+    )
+
+
+@router.get("/docs", response_class=HTMLResponse)
+def docs_page(request: Request, user: CurrentUser) -> HTMLResponse:
+    """A reference of the JSON API, rendered from its OpenAPI schema (no CDN needed)."""
+    schema = request.app.openapi()
+    return render(
+        request,
+        "docs.html",
+        page="docs",
+        title="API",
+        user_name=user.get_name(),
+        operations=_operations(schema),
+    )
+
+
+def _operations(schema: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for path, methods in schema.get("paths", {}).items():
+        for method, operation in methods.items():
+            rows.append(
+                {
+                    "method": method.upper(),
+                    "path": path,
+                    "summary": operation.get("summary", ""),
+                    "description": operation.get("description", ""),
+                    "parameters": [p.get("name") for p in operation.get("parameters", [])],
+                    "responses": sorted(operation.get("responses", {})),
+                }
+            )
+    return rows
+
+
+@router.get("/static/{filename}")
+def static_file(filename: str, user: CurrentUser) -> FileResponse:
+    """A shipped asset (signed-in users only, like everything here)."""
+    path = STATIC_FILES.get(filename)
+    if path is None:
+        raise HTTPException(404, "no such file")
+    return FileResponse(path, headers={"Cache-Control": "private, max-age=300"})
+
+
+def error_page(
+    request: Request, status: int, body: ErrorBody, headers: dict[str, str] | None
+) -> HTMLResponse:
+    """An error as a page; a sign-in link when the user is not (or no longer) signed in."""
+    sign_in = body.context.get("login_url")
+    if status == 401:
+        sign_in = login_url(next_url=str(request.url))
+    response = render(
+        request,
+        "error.html",
+        status=status,
+        page="error",
+        title=f"{status} {body.code}",
+        http_status=status,
+        error=body,
+        sign_in=sign_in,
+    )
+    if headers:
+        response.headers.update(headers)
+    return response
