@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
@@ -25,6 +25,7 @@ from airflow.api_fastapi.core_api.security import GetUserDep
 from fastapi import Depends
 
 from migronaut_airflow.operators.background import dag_id_for
+from migronaut_core.errors import MigronautError
 
 if TYPE_CHECKING:
     from airflow.api_fastapi.auth.managers.base_auth_manager import ResourceMethod
@@ -34,14 +35,20 @@ if TYPE_CHECKING:
 CurrentUser = GetUserDep
 
 
-class AccessDeniedError(Exception):
+class AccessDeniedError(MigronautError):
     """The signed-in user lacks the right an operation needs on the migration's DAG."""
+
+    code = "FORBIDDEN"
 
     def __init__(self, migration: str, needs: str) -> None:
         dag_id = dag_id_for(migration)
-        super().__init__(f"you need {needs} access to the DAG {dag_id} for this")
-        self.message = str(self)
-        self.context = {"migration": migration, "dag_id": dag_id, "needs": needs}
+        super().__init__(
+            f"you need {needs} access to the DAG {dag_id} for this",
+            {"migration": migration, "dag_id": dag_id, "needs": needs},
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (self.__class__, (self.context["migration"], self.context["needs"]))
 
 
 @dataclass(frozen=True, slots=True)

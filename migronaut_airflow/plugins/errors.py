@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 
 #: migronaut's errors by HTTP status, most specific class first.
 _STATUS_OF: tuple[tuple[type[MigronautError], int], ...] = (
+    (AccessDeniedError, 403),
+    (TargetNotConfiguredError, 503),
     (ConfigInvalidError, 400),
     (MigrationInvalidNameError, 400),
     (NotAppliedError, 404),
@@ -113,16 +115,6 @@ def install(app: FastAPI, render: ErrorRenderer) -> None:
             log.error("%s failed: %s", request.scope["path"], exc.code)
         return render(request, status, ErrorBody(**exc.to_dict()))
 
-    async def access_denied(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, AccessDeniedError)
-        body = ErrorBody(code="FORBIDDEN", message=exc.message, context=exc.context)
-        return render(request, 403, body)
-
-    async def not_configured(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, TargetNotConfiguredError)
-        body = ErrorBody(code="NOT_CONFIGURED", message=exc.message, context=exc.context)
-        return render(request, 503, body)
-
     async def store_failed(request: Request, exc: Exception) -> Response:
         log.warning("%s: MongoDB failed (%s)", request.scope["path"], type(exc).__name__)
         body = ErrorBody(
@@ -155,8 +147,6 @@ def install(app: FastAPI, render: ErrorRenderer) -> None:
         return render(request, 400, body)
 
     app.add_exception_handler(MigronautError, migronaut_error)
-    app.add_exception_handler(AccessDeniedError, access_denied)
-    app.add_exception_handler(TargetNotConfiguredError, not_configured)
     app.add_exception_handler(PyMongoError, store_failed)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(RequestValidationError, bad_input)

@@ -31,19 +31,16 @@ from airflow.exceptions import AirflowNotFoundException
 
 from migronaut_airflow.hooks.migronaut import MIGRATIONS_DIR_ENV, MigronautHook
 from migronaut_core import Migronaut
-from migronaut_core.errors import ConfigInvalidError
+from migronaut_core.errors import ConfigInvalidError, MigronautError
 
 #: The environment variable naming the ``mongo`` connection (as the DAG file reads it).
 CONN_ID_ENV = "MIGRONAUT_CONN_ID"
 
 
-class TargetNotConfiguredError(Exception):
+class TargetNotConfiguredError(MigronautError):
     """The UI cannot build its kit: a missing connection, database or migrations directory."""
 
-    def __init__(self, message: str, context: Mapping[str, str]) -> None:
-        super().__init__(message)
-        self.message = message
-        self.context = dict(context)
+    code = "NOT_CONFIGURED"
 
 
 @dataclass(frozen=True, slots=True)
