@@ -1,19 +1,52 @@
-"""Lanes killed with SIGKILL mid-slice: the migration still completes with exact totals."""
+"""Lane processes killed with SIGKILL mid-batch: the migration completes, each document once.
+
+The repeated-kill test runs four lane processes over one 50,000-document
+migration while an application writes, and keeps killing whichever lane is in
+the middle of a batch — half of the kills at a random point of the batch, half
+after its writes reached MongoDB and before its checkpoint (the lanes pause
+there to widen that window). Every kill is checked against the victim's own log
+of fenced writes: its intent for the batch was noted and never checkpointed.
+"""
 
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pymongo.database import Database
 
+from tests.chaos.app_writer import AppWriter
+from tests.chaos.support import (
+    Lane,
+    LaneFleet,
+    assert_each_document_migrated_once,
+    drive_remaining,
+    held_partition,
+    poll,
+    read_fence_logs,
+    register,
+    rewritten_in_flight,
+    seed,
+    status_of,
+    write_migration,
+)
 from tests.integration.background_support import SPLIT_NAME, make_kit, seed_users, write_background
+
+TOTAL = 50_000
+LANES = 4
+KILLS = 20
+#: Attempts at a mid-batch kill before the test gives up on reaching KILLS.
+MAX_ATTEMPTS = 40
+#: Seconds a lane sleeps between a batch's writes and its checkpoint.
+CHECKPOINT_PAUSE = 0.06
 
 SLOWISH = """
 import time
@@ -29,63 +62,136 @@ def migrate(doc, ctx):
 TTL_SECONDS = 2
 
 
-def start_lane(mongo_uri: str, db_name: str, migrations: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.integration.lane_process",
-            mongo_uri,
-            db_name,
-            str(migrations),
-            SPLIT_NAME,
-            "2",
-            str(TTL_SECONDS),
-        ],
-        stdout=subprocess.DEVNULL,
-        start_new_session=True,
+@dataclass(frozen=True)
+class Kill:
+    """One SIGKILL: the partition its victim was working and what the batch had written."""
+
+    pid: int
+    partition: Any
+    batch: tuple[Any, ...]
+    mid_batch: bool
+    rewritten: int
+
+
+def kill_mid_batch(
+    db: Database[dict[str, Any]], fleet: LaneFleet, after_writes: bool, rng: random.Random
+) -> Kill | None:
+    """Kill a lane whose batch is under way; None when no lane got that far in time."""
+    found = poll(lambda: _lane_in_batch(db, fleet), timeout=15)
+    if found is None:
+        return None
+    lane, partition = found
+    if after_writes:
+        written = poll(lambda: _written_not_recorded(db, lane), timeout=2, interval=0.005)
+        partition = written or partition
+    else:
+        time.sleep(rng.uniform(0, 0.1))
+    fleet.kill(lane)
+    time.sleep(0.5)  # a bulk write the server was applying when the client died lands now
+    return _judge(db, lane, partition)
+
+
+def _lane_in_batch(
+    db: Database[dict[str, Any]], fleet: LaneFleet
+) -> tuple[Lane, dict[str, Any]] | None:
+    for lane in fleet.lanes:
+        if lane.alive():
+            partition = held_partition(db, lane.pid)
+            if partition is not None:
+                return lane, partition
+    return None
+
+
+def _written_not_recorded(db: Database[dict[str, Any]], lane: Lane) -> dict[str, Any] | None:
+    partition = held_partition(db, lane.pid)
+    if partition is not None and rewritten_in_flight(db, partition) > 0:
+        return partition
+    return None
+
+
+def _notes_intent(entry: dict[str, Any]) -> bool:
+    """A fenced write that noted the ids of a batch about to be written."""
+    return entry["method"] == "record_intent" or entry.get("intent", 0) > 0
+
+
+def _judge(db: Database[dict[str, Any]], lane: Lane, seen: dict[str, Any]) -> Kill:
+    """Was the victim mid-batch? Its last fenced write under that lease must be its intent."""
+    after = db.migronaut_background_partitions.find_one({"_id": seen["_id"]}) or {}
+    token = seen["lease"]["token"]
+    writes = [
+        entry
+        for entry in read_fence_logs([lane.fence_log])
+        if entry["token"] == token and entry["method"] != "renew"
+    ]
+    intent_open = bool(writes) and writes[-1]["ok"] and _notes_intent(writes[-1])
+    still_held = (after.get("lease") or {}).get("token") == token and "inflight" in after
+    batch = tuple((after.get("inflight") or {}).get("ids") or ())
+    return Kill(
+        pid=lane.pid,
+        partition=seen["_id"],
+        batch=batch,
+        mid_batch=intent_open and still_held,
+        rewritten=rewritten_in_flight(db, after) if still_held else 0,
     )
 
 
 @pytest.mark.slow
-def test_repeatedly_killed_lanes_finish_with_exact_totals(
+def test_twenty_kills_over_one_migration_leave_each_document_migrated_once(
     mongo_uri: str, db: Database[dict[str, Any]], tmp_path: Path
 ) -> None:
-    total = 20_000
     migrations = tmp_path / "migrations"
-    seed_users(db, total)
-    db.users.create_index([("_v", 1), ("_id", 1)])
-    write_background(migrations, body=SLOWISH)
-    with make_kit(mongo_uri, db, migrations, lock_ttl_seconds=TTL_SECONDS) as kit:
-        kit.up()
-    survivor = start_lane(mongo_uri, db.name, migrations)
-    kills = 0
+    seed(db, TOTAL)
+    write_migration(migrations, batch_size=200, max_parallel=6, doc_seconds=0.0015)
+    register(mongo_uri, db.name, migrations)
+    fleet = LaneFleet(mongo_uri, db.name, migrations, tmp_path, checkpoint_pause=CHECKPOINT_PAUSE)
+    app = AppWriter(mongo_uri, db.name, TOTAL)
+    rng = random.Random(11)
+    kills: list[Kill] = []
     try:
-        while kills < 6:
-            victim = start_lane(mongo_uri, db.name, migrations)
-            before = db.users.count_documents({"_v": 2})
-            deadline = time.monotonic() + 30
-            # Kill it once it has rewritten something, i.e. mid-slice.
-            while db.users.count_documents({"_v": 2}) - before < 300:
-                if victim.poll() is not None or time.monotonic() > deadline:
-                    break
-                time.sleep(0.02)
-            if victim.poll() is not None:
-                break  # the work ran out before this kill
-            os.killpg(victim.pid, signal.SIGKILL)
-            victim.wait()
-            kills += 1
-        assert survivor.wait(timeout=240) == 0
+        for _ in range(LANES):
+            fleet.spawn()
+        app.start()
+        chaos_started = time.monotonic()
+        for attempt in range(MAX_ATTEMPTS):
+            if sum(kill.mid_batch for kill in kills) >= KILLS:
+                break
+            kill = kill_mid_batch(db, fleet, after_writes=attempt % 2 == 0, rng=rng)
+            if kill is None:
+                break  # the work ran out
+            kills.append(kill)
+            fleet.spawn()
+        chaos_ended = time.monotonic()
+        app.stop()
+        codes = fleet.wait_all(timeout=180)
     finally:
-        for process in (survivor,):
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-    assert kills >= 3
-    with make_kit(mongo_uri, db, migrations, lock_ttl_seconds=TTL_SECONDS) as kit:
-        view = kit.background_status(SPLIT_NAME)
-    assert view["status"] == "completed"
-    assert db.users.count_documents({"_v": 2}) == total
-    assert view["totals"]["migrated"] == total
+        app.stop()
+        fleet.close()
+    reopened = drive_remaining(mongo_uri, db.name, migrations)
+    mid_batch = [kill for kill in kills if kill.mid_batch]
+    torn = [kill for kill in mid_batch if kill.rewritten > 0]
+    assert len(mid_batch) >= KILLS, (len(kills), len(mid_batch), fleet.outputs())
+    assert len(torn) >= KILLS // 4, [kill.rewritten for kill in mid_batch]
+    survivors = [code for code in codes.values() if code != -signal.SIGKILL]
+    assert survivors and all(code == 0 for code in survivors), fleet.outputs()
+    # Each torn batch was counted by whoever next held its partition, from the intent note.
+    settled = sum(
+        entry.get("migrated", 0)
+        for entry in fleet.fence_entries()
+        if entry["method"] == "settle_inflight" and entry["ok"]
+    )
+    left_behind = {(kill.partition, kill.batch): kill.rewritten for kill in mid_batch}
+    assert settled == sum(left_behind.values())
+    assert app.acknowledged_between(chaos_started, chaos_ended) > 200
+    expected = TOTAL + len(app.inserted)
+    view = status_of(mongo_uri, db.name, migrations)
+    assert_each_document_migrated_once(db, view, expected)
+    app.assert_no_write_lost(db, TOTAL)
+    print(
+        f"kills={len(kills)} mid_batch={len(mid_batch)} torn={len(torn)} settled={settled} "
+        f"over {chaos_ended - chaos_started:.0f}s "
+        f"app_writes={app.acknowledged} inserted={len(app.inserted)} passes={view['pass']} "
+        f"reopened={reopened} totals={view['totals']}"
+    )
 
 
 @pytest.mark.slow

@@ -1,0 +1,116 @@
+"""A lane process for fault-injection tests: drives one background migration to its end.
+
+Usage: python -m tests.chaos.chaos_lane URI DB MIGRATIONS NAME CONCURRENCY TTL
+
+Exit 0 when the migration ends completed, 3 when it ends otherwise, 4 when it
+failed, 5 when an exception escaped the driver (its type is printed as JSON).
+
+Environment (both optional):
+
+- ``MIGRONAUT_CHAOS_FENCE_LOG=PATH``: append one JSON line per lease-fenced
+  partition write (intent note, checkpoint, settle, renew, release) saying
+  whether the store accepted it. The tests read it to prove that a lane whose
+  lease was taken over wrote nothing more, and to total what settles counted.
+- ``MIGRONAUT_CHAOS_CHECKPOINT_PAUSE=SECONDS``: sleep between a batch's writes
+  and its checkpoint, widening the window in which a ``kill -9`` leaves a batch
+  written but not recorded.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from migronaut_core import BackgroundFailedError, Migronaut
+from migronaut_core.background.store import BackgroundStore, Lease
+from migronaut_core.errors import LeaseLost
+
+FENCE_LOG_ENV = "MIGRONAUT_CHAOS_FENCE_LOG"
+CHECKPOINT_PAUSE_ENV = "MIGRONAUT_CHAOS_CHECKPOINT_PAUSE"
+#: Store methods that are filtered on the lease token, and so refuse a stale lane.
+FENCED_METHODS = ("record_intent", "checkpoint", "settle_inflight", "renew", "release")
+
+
+class FenceLog:
+    """Appends one JSON line per fenced write; shared by the lane threads of a process."""
+
+    def __init__(self, path: str) -> None:
+        self._file = open(path, "a", buffering=1)  # noqa: SIM115 - lives as long as the process
+        self._lock = threading.Lock()
+
+    def write(self, entry: dict[str, Any]) -> None:
+        line = json.dumps({"pid": os.getpid(), "t": time.time(), **entry}, default=str)
+        with self._lock:
+            self._file.write(line + "\n")
+
+
+def _describe(method: str, lease: Lease, kwargs: dict[str, Any]) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "method": method,
+        "token": lease.token,
+        "partition": str(lease.partition_id),
+    }
+    if method == "checkpoint":
+        entry["counters"] = dict(kwargs.get("counters") or {})
+        entry["done"] = bool(kwargs.get("done"))
+        entry["intent"] = len(kwargs.get("intent") or ())
+    if method == "settle_inflight":
+        entry["migrated"] = int(kwargs.get("migrated", 0))
+    return entry
+
+
+def _instrumented(
+    method: str, original: Callable[..., Any], log: FenceLog | None, pause: float
+) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def fenced(self: BackgroundStore, lease: Lease, *args: Any, **kwargs: Any) -> Any:
+        entry = _describe(method, lease, kwargs)
+        if method == "checkpoint" and pause and kwargs.get("counters"):
+            time.sleep(pause)
+        try:
+            answer = original(self, lease, *args, **kwargs)
+        except LeaseLost:
+            if log is not None:
+                log.write({**entry, "ok": False})
+            raise
+        if log is not None:
+            log.write({**entry, "ok": answer is not False})
+        return answer
+
+    return fenced
+
+
+def instrument(log_path: str | None, pause: float) -> None:
+    """Wrap the store's fenced writes: log their outcome, pause before checkpoints."""
+    log = FenceLog(log_path) if log_path else None
+    for method in FENCED_METHODS:
+        original = getattr(BackgroundStore, method)
+        setattr(BackgroundStore, method, _instrumented(method, original, log, pause))
+
+
+def main(argv: list[str]) -> int:
+    uri, database, migrations, name, concurrency, ttl = argv
+    instrument(os.environ.get(FENCE_LOG_ENV), float(os.environ.get(CHECKPOINT_PAUSE_ENV) or 0))
+    with Migronaut(
+        uri=uri, database=database, migrations_dir=migrations, lock_ttl_seconds=float(ttl)
+    ) as kit:
+        try:
+            view = kit.run_background(name, concurrency=int(concurrency))
+        except BackgroundFailedError as exc:
+            print(json.dumps({"failed": exc.message}), flush=True)
+            return 4
+        except Exception as exc:
+            print(json.dumps({"escaped": type(exc).__name__, "error": str(exc)}), flush=True)
+            return 5
+    print(json.dumps({"status": view["status"], "totals": view["totals"]}), flush=True)
+    return 0 if view["status"] == "completed" else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,99 @@
+"""Application writes injected at the worst moments of a batch: counted, never lost.
+
+The injection rides on pymongo's command monitoring of the migration's own
+client, so it lands exactly around the batch's ``update`` command on the wire,
+whatever the engine's internals look like.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pymongo import MongoClient, monitoring
+from pymongo.collection import Collection
+from pymongo.database import Database
+
+from migronaut_core import Migronaut
+from tests.chaos.support import (
+    NAME,
+    TTL_SECONDS,
+    assert_each_document_migrated_once,
+    seed,
+    write_migration,
+)
+
+
+def app_update(users: Collection[dict[str, Any]], doc_id: int, first: str) -> None:
+    """One guarded application write, in the shape the document has now."""
+    doc = users.find_one({"_id": doc_id})
+    assert doc is not None
+    shaped = {"name": f"{first} Surname"} if doc["_v"] == 1 else {"first": first, "last": "Surname"}
+    written = users.update_one(
+        {"_id": doc_id, "rev": doc["rev"]}, {"$set": shaped, "$inc": {"rev": 1, "app_counter": 1}}
+    )
+    assert written.modified_count == 1
+
+
+class AroundFirstBatch(monitoring.CommandListener):
+    """Writes like the application just before and just after the first batch's update."""
+
+    def __init__(self, users: Collection[dict[str, Any]]) -> None:
+        self.users = users
+        self.updates = 0
+        self._first: int | None = None
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if event.command_name == "update" and event.command.get("update") == "users":
+            self.updates += 1
+            if self.updates == 1:
+                self._first = event.request_id
+                app_update(self.users, 0, "Before")  # this update of document 0 now misses
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        if event.request_id == self._first:
+            app_update(self.users, 1, "After")  # document 1 was just migrated by the batch
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+@pytest.mark.slow
+def test_a_write_just_after_the_batch_does_not_hide_a_migrated_document(
+    mongo_uri: str,
+    mongo_client: MongoClient[dict[str, Any]],
+    db: Database[dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    """One document of the batch conflicts; another is migrated, then the app writes it.
+
+    The engine re-reads the batch to find the conflicts; by then the second
+    document's revision has moved past the one the migration wrote. It was still
+    migrated by this batch, exactly once, and the totals must say so.
+    """
+    migrations = tmp_path / "migrations"
+    seed(db, 10)
+    write_migration(migrations, batch_size=10, max_parallel=1, doc_seconds=0)
+    listener = AroundFirstBatch(mongo_client[db.name].users)
+    client: MongoClient[dict[str, Any]] = MongoClient(
+        mongo_uri, tz_aware=True, event_listeners=[listener]
+    )
+    kit = Migronaut(
+        client=client,
+        uri=mongo_uri,
+        database=db.name,
+        migrations_dir=str(migrations),
+        lock_ttl_seconds=TTL_SECONDS,
+    )
+    try:
+        kit.up()
+        view = kit.run_background(NAME)
+    finally:
+        kit.close()
+        client.close()
+    assert listener.updates == 2  # the batch, then the re-read conflict
+    assert_each_document_migrated_once(db, view, 10)
+    assert view["totals"].get("skipped", 0) == 0
+    assert db.users.find_one({"_id": 0}, {"first": 1})["first"] == "Before"
+    assert db.users.find_one({"_id": 1}, {"first": 1})["first"] == "After"

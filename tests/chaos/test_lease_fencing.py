@@ -1,0 +1,146 @@
+"""A lane frozen (SIGSTOP) past its lease TTL is fenced off when it wakes up.
+
+One partition, so the takeover is certain: lane V works it and is frozen
+mid-batch; its lease lapses by the server's clock; lane T reaps it, counts V's
+written-but-unrecorded batch from the intent note, and goes on. Then V is
+thawed (SIGCONT) and finishes the batch it was in: its checkpoint — which
+would count that batch a second time — is refused, because the lease token it
+carries is no longer the partition's. An application writes throughout.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pymongo.database import Database
+
+from tests.chaos.app_writer import AppWriter
+from tests.chaos.support import (
+    TTL_SECONDS,
+    Lane,
+    LaneFleet,
+    assert_each_document_migrated_once,
+    drive_remaining,
+    held_partition,
+    migrated_count,
+    owner_pattern,
+    poll,
+    read_fence_logs,
+    register,
+    seed,
+    status_of,
+    write_migration,
+)
+
+TOTAL = 5_000
+
+
+def partition_of(db: Database[dict[str, Any]]) -> dict[str, Any]:
+    partition = db.migronaut_background_partitions.find_one({"status": {"$ne": "superseded"}})
+    assert partition is not None
+    return partition
+
+
+def fenced_writes(lane: Lane, token: str) -> list[dict[str, Any]]:
+    """The lane's fenced writes under one lease, renewals aside."""
+    return [
+        entry
+        for entry in read_fence_logs([lane.fence_log])
+        if entry["token"] == token and entry["method"] != "renew"
+    ]
+
+
+def refused_after(lane: Lane, token: str, since: float) -> list[dict[str, Any]]:
+    return [e for e in fenced_writes(lane, token) if e["t"] >= since and not e["ok"]]
+
+
+@pytest.mark.slow
+def test_a_frozen_lane_past_its_ttl_cannot_checkpoint_after_a_takeover(
+    mongo_uri: str, db: Database[dict[str, Any]], tmp_path: Path
+) -> None:
+    migrations = tmp_path / "migrations"
+    seed(db, TOTAL)
+    write_migration(
+        migrations,
+        batch_size=100,
+        max_parallel=2,
+        doc_seconds=0.0015,
+        extra='"partitions": {"max_partitions": 1},',
+    )
+    register(mongo_uri, db.name, migrations)
+    fleet = LaneFleet(mongo_uri, db.name, migrations, tmp_path)
+    app = AppWriter(mongo_uri, db.name, TOTAL)
+    try:
+        app.start()
+        frozen = fleet.spawn()
+        assert poll(
+            lambda: migrated_count(db) >= 1_000 and held_partition(db, frozen.pid), timeout=60
+        ), fleet.outputs()
+        fleet.kill(frozen, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        time.sleep(0.2)  # a renewal already on the wire lands now, or never
+        seen = partition_of(db)
+        token = seen["lease"]["token"]
+        assert seen["lease"]["owner"].split(":")[1] == str(frozen.pid)
+        assert "inflight" in seen, "frozen between batches, not in one"
+
+        taker = fleet.spawn()
+        taken = poll(
+            lambda: db.migronaut_background_partitions.find_one(
+                {"_id": seen["_id"], "lease.owner": owner_pattern(taker.pid)}
+            ),
+            timeout=30,
+        )
+        assert taken is not None, fleet.outputs()
+        # Reaped by the server's clock: the new lease began after the old one lapsed.
+        lapsed_at = seen["lease"]["renewed_at"] + timedelta(seconds=TTL_SECONDS)
+        assert taken["lease"]["claimed_at"] >= lapsed_at
+        assert time.monotonic() - stopped_at >= TTL_SECONDS
+        # Let the taker get past the frozen lane's batch before thawing it.
+        assert poll(lambda: _checkpoints(taker, taken["lease"]["token"]) >= 2, timeout=30)
+
+        thawed_at = time.time()
+        fleet.kill(frozen, signal.SIGCONT)
+        assert poll(lambda: refused_after(frozen, token, thawed_at), timeout=20), fleet.outputs()
+        app.stop()
+        codes = fleet.wait_all(timeout=120)
+    finally:
+        app.stop()
+        fleet.close()
+    assert set(codes.values()) == {0}, fleet.outputs()
+
+    after_thaw = [e for e in fenced_writes(frozen, token) if e["t"] >= thawed_at]
+    assert after_thaw and not any(entry["ok"] for entry in after_thaw), after_thaw
+    refused_checkpoints = [e for e in after_thaw if e["method"] == "checkpoint"]
+    assert refused_checkpoints, after_thaw
+    # What the refused checkpoint would have added was counted once, by the taker.
+    would_double_count = sum(e["counters"].get("migrated", 0) for e in refused_checkpoints)
+    settled = [
+        entry
+        for entry in fenced_writes(taker, taken["lease"]["token"])
+        if entry["method"] == "settle_inflight"
+    ]
+    assert len(settled) == 1 and settled[0]["ok"]
+    assert settled[0]["migrated"] == would_double_count
+
+    reopened = drive_remaining(mongo_uri, db.name, migrations)
+    expected = TOTAL + len(app.inserted)
+    view = status_of(mongo_uri, db.name, migrations)
+    assert_each_document_migrated_once(db, view, expected)
+    app.assert_no_write_lost(db, TOTAL)
+    print(
+        f"refused={[e['method'] for e in after_thaw]} would_double_count={would_double_count} "
+        f"settled={settled[0]['migrated']} app_writes={app.acknowledged} "
+        f"inserted={len(app.inserted)} reopened={reopened} totals={view['totals']}"
+    )
+
+
+def _checkpoints(lane: Lane, token: str) -> int:
+    return sum(
+        1 for entry in fenced_writes(lane, token) if entry["method"] == "checkpoint" and entry["ok"]
+    )
