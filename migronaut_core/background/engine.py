@@ -43,8 +43,10 @@ from migronaut_core.versioning import (
     exact_value,
     guarded_pipeline,
     occ_filter,
+    revision_of,
     stamped_diff,
     version_filter,
+    version_of,
 )
 
 Direction = Literal["forward", "revert"]
@@ -381,24 +383,30 @@ def finish_batch(
     """Count a written round, and re-read, transform and write again what a concurrent write moved.
 
     Every applied update rewrote one document (the stamp always changes it), so the
-    server's modified count is the exact number migrated, whatever the application
-    does to those documents afterwards.
+    server's modified count is a floor of what this round migrated, whatever the
+    application does to those documents afterwards. When fewer applied than were
+    sent, the documents are read back: those at the target version exactly one
+    revision past what was read were rewritten once since — by this round, or by a
+    stalled lane of this migration whose own checkpoint its fence then refused —
+    and count as migrated when they outnumber the applied updates.
     """
     result = BatchResult()
     conflict_round = 0
     while True:
         _record_round(round_, written, result, strict=strict)
         expected = len(round_.ops) - len(written.failed)
-        result.migrated += written.applied
         if written.applied == expected:
+            result.migrated += written.applied
             return result
         if abort_on_conflict:
             raise BackgroundConflictError(
                 "a document changed under the transactional batch", {"reason": "write-conflict"}
             )
         candidates = [o for index, o in enumerate(round_.owners) if index not in written.failed]
-        stale = _still_at_source(job, candidates, collection, session)
-        result.skipped += expected - written.applied - len(stale)
+        stale, rewritten_once = _read_back(job, candidates, collection, session)
+        migrated = max(written.applied, rewritten_once)
+        result.migrated += migrated
+        result.skipped += expected - migrated - len(stale)
         if not stale:
             return result
         retry = list(
@@ -435,28 +443,40 @@ def _record_round(
     result.errors.extend(write_errors)
 
 
-def _still_at_source(
+def _read_back(
     job: Job,
     candidates: Sequence[Document],
     collection: Collection[Document],
     session: ClientSession | None,
-) -> list[Document]:
-    """The candidates still at the source version: their update missed a concurrent write."""
+) -> tuple[list[Document], int]:
+    """After a short match: the candidates still at the source version (their update
+    missed a concurrent write), and how many are at the target one revision on."""
     spec = job.spec
-    now = {
-        canonical_id_key(doc["_id"])
+    projection = {spec.field: 1, **({spec.revision_field: 1} if spec.revision_field else {})}
+    now_by_key = {
+        canonical_id_key(doc["_id"]): doc
         for doc in collection.find(
-            {
-                "$and": [
-                    _by_ids(candidates, job.partitioner),
-                    version_filter(spec.field, job.source),
-                ]
-            },
-            {"_id": 1},
-            session=session,
+            _by_ids(candidates, job.partitioner), projection, session=session
         )
     }
-    return [doc for doc in candidates if canonical_id_key(doc["_id"]) in now]
+    stale: list[Document] = []
+    rewritten_once = 0
+    for before in candidates:
+        now = now_by_key.get(canonical_id_key(before["_id"]))
+        if now is None:
+            continue
+        version = version_of(now, spec.field)
+        if version == job.source:
+            stale.append(before)
+        elif version == job.target and _one_revision_on(before, now, spec.revision_field):
+            rewritten_once += 1
+    return stale, rewritten_once
+
+
+def _one_revision_on(before: Document, now: Document, revision_field: str | None) -> bool:
+    if revision_field is None:
+        return True
+    return revision_of(now, revision_field) == (revision_of(before, revision_field) or 0) + 1
 
 
 class DocumentFailedError(BackgroundFailedError):

@@ -97,3 +97,63 @@ def test_a_write_just_after_the_batch_does_not_hide_a_migrated_document(
     assert view["totals"].get("skipped", 0) == 0
     assert db.users.find_one({"_id": 0}, {"first": 1})["first"] == "Before"
     assert db.users.find_one({"_id": 1}, {"first": 1})["first"] == "After"
+
+
+class StalledLaneWritesFirst(monitoring.CommandListener):
+    """Lands half of the first batch's own updates just before it, as a stalled lane would.
+
+    A lane frozen after noting a batch, whose lease another lane then took over,
+    sends that batch's writes when it wakes; its checkpoint is refused by the fence,
+    so only the lane that holds the partition now can count those documents.
+    """
+
+    def __init__(self, db: Database[dict[str, Any]]) -> None:
+        self.db = db
+        self.updates = 0
+        self.landed = 0
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if event.command_name == "update" and event.command.get("update") == "users":
+            self.updates += 1
+            if self.updates == 1:
+                late = list(event.command["updates"])[:5]
+                reply = self.db.command({"update": "users", "updates": late, "ordered": False})
+                self.landed = int(reply["nModified"])
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+@pytest.mark.slow
+def test_a_stalled_lanes_late_writes_are_counted_once(
+    mongo_uri: str,
+    mongo_client: MongoClient[dict[str, Any]],
+    db: Database[dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    migrations = tmp_path / "migrations"
+    seed(db, 10)
+    write_migration(migrations, batch_size=10, max_parallel=1, doc_seconds=0)
+    listener = StalledLaneWritesFirst(mongo_client[db.name])
+    client: MongoClient[dict[str, Any]] = MongoClient(
+        mongo_uri, tz_aware=True, event_listeners=[listener]
+    )
+    kit = Migronaut(
+        client=client,
+        uri=mongo_uri,
+        database=db.name,
+        migrations_dir=str(migrations),
+        lock_ttl_seconds=TTL_SECONDS,
+    )
+    try:
+        kit.up()
+        view = kit.run_background(NAME)
+    finally:
+        kit.close()
+        client.close()
+    assert listener.landed == 5  # the batch's own update then applied to 5 documents only
+    assert_each_document_migrated_once(db, view, 10)
+    assert view["totals"].get("skipped", 0) == 0
