@@ -9,10 +9,12 @@ a no-op), and says so through ``matched_count`` (filter) or ``modified_count``
 
 - ``unguarded``: ``{_id}`` + ``{$set, $unset}`` (the ceiling);
 - ``filter``: ``{_id, _v: 1, rev}`` + ``{$set, $unset, $inc: {rev: 1}}``;
+- ``filter, hint _id_``: the same, hinted to the ``_id`` index;
 - ``cond per field``: ``{_id}`` + a pipeline ``$set`` whose every field is
   ``$cond: [guard, new, old]`` (``$$REMOVE`` for removed fields);
 - ``replaceWith``: ``{_id}`` + ``[{$replaceWith: {$cond: [guard, {$unsetField: …
-  {$mergeObjects: ["$$ROOT", {$literal: changed}]}}, "$$ROOT"]}}]`` (MongoDB 5.0+);
+  {$mergeObjects: ["$$ROOT", {$literal: changed}]}}, "$$ROOT"]}}]`` (MongoDB 5.0+; the
+  engine's write, :func:`migronaut_core.versioning.guarded_pipeline`);
 - ``pipeline, no guard``: ``{_id}`` + a plain pipeline ``$set`` / ``$unset`` (what
   a pipeline costs by itself).
 
