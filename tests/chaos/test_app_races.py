@@ -36,6 +36,35 @@ def app_update(users: Collection[dict[str, Any]], doc_id: int, first: str) -> No
     assert written.modified_count == 1
 
 
+def migrate_ten_in_one_batch(
+    mongo_uri: str,
+    db: Database[dict[str, Any]],
+    tmp_path: Path,
+    listener: monitoring.CommandListener,
+) -> dict[str, Any]:
+    """Migrate 10 seeded documents in one batch with ``listener`` on the migration's client."""
+    migrations = tmp_path / "migrations"
+    seed(db, 10)
+    write_migration(migrations, batch_size=10, max_parallel=1, doc_seconds=0)
+    client: MongoClient[dict[str, Any]] = MongoClient(
+        mongo_uri, tz_aware=True, event_listeners=[listener]
+    )
+    kit = Migronaut(
+        client=client,
+        uri=mongo_uri,
+        database=db.name,
+        migrations_dir=str(migrations),
+        lock_ttl_seconds=TTL_SECONDS,
+    )
+    try:
+        kit.up()
+        view: dict[str, Any] = kit.run_background(NAME)
+    finally:
+        kit.close()
+        client.close()
+    return view
+
+
 class AroundFirstBatch(monitoring.CommandListener):
     """Writes like the application just before and just after the first batch's update."""
 
@@ -72,26 +101,8 @@ def test_a_write_just_after_the_batch_does_not_hide_a_migrated_document(
     document's revision has moved past the one the migration wrote. It was still
     migrated by this batch, exactly once, and the totals must say so.
     """
-    migrations = tmp_path / "migrations"
-    seed(db, 10)
-    write_migration(migrations, batch_size=10, max_parallel=1, doc_seconds=0)
     listener = AroundFirstBatch(mongo_client[db.name].users)
-    client: MongoClient[dict[str, Any]] = MongoClient(
-        mongo_uri, tz_aware=True, event_listeners=[listener]
-    )
-    kit = Migronaut(
-        client=client,
-        uri=mongo_uri,
-        database=db.name,
-        migrations_dir=str(migrations),
-        lock_ttl_seconds=TTL_SECONDS,
-    )
-    try:
-        kit.up()
-        view = kit.run_background(NAME)
-    finally:
-        kit.close()
-        client.close()
+    view = migrate_ten_in_one_batch(mongo_uri, db, tmp_path, listener)
     assert listener.updates == 2  # the batch, then the re-read conflict
     assert_each_document_migrated_once(db, view, 10)
     assert view["totals"].get("skipped", 0) == 0
@@ -134,26 +145,8 @@ def test_a_stalled_lanes_late_writes_are_counted_once(
     db: Database[dict[str, Any]],
     tmp_path: Path,
 ) -> None:
-    migrations = tmp_path / "migrations"
-    seed(db, 10)
-    write_migration(migrations, batch_size=10, max_parallel=1, doc_seconds=0)
     listener = StalledLaneWritesFirst(mongo_client[db.name])
-    client: MongoClient[dict[str, Any]] = MongoClient(
-        mongo_uri, tz_aware=True, event_listeners=[listener]
-    )
-    kit = Migronaut(
-        client=client,
-        uri=mongo_uri,
-        database=db.name,
-        migrations_dir=str(migrations),
-        lock_ttl_seconds=TTL_SECONDS,
-    )
-    try:
-        kit.up()
-        view = kit.run_background(NAME)
-    finally:
-        kit.close()
-        client.close()
+    view = migrate_ten_in_one_batch(mongo_uri, db, tmp_path, listener)
     assert listener.landed == 5  # the batch's own update then applied to 5 documents only
     assert_each_document_migrated_once(db, view, 10)
     assert view["totals"].get("skipped", 0) == 0
