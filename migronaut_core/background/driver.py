@@ -15,8 +15,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from pymongo.errors import ConnectionFailure, PyMongoError
+
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.coordinator import Driver, coordinate
+from migronaut_core.background.coordinator import Answer, Driver, coordinate
 from migronaut_core.background.lane import SliceResult, run_slice
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.views import state_view
@@ -24,6 +26,7 @@ from migronaut_core.errors import (
     BackgroundFailedError,
     ChecksumMismatchError,
     MigrationFileError,
+    MigronautError,
     RunAbortedError,
 )
 
@@ -35,6 +38,8 @@ LANE_DONE = frozenset({"exhausted", "paused", "cancelled", "failed", "stale", "s
 IDLE_POLL_SECONDS = 0.5
 #: Back-off after a failed slice, doubled per failure in a row, capped.
 FAILED_SLICE_BACKOFF = (0.2, 5.0)
+#: Coordinator steps tried in a row before a transient error ends :func:`drive`.
+COORDINATE_ATTEMPTS = 6
 
 
 def lane_owner() -> str:
@@ -130,7 +135,9 @@ def drive(
                 f"driving {name} was stopped; it resumes from its last checkpoint",
                 {"migration": name},
             )
-        answer = coordinate(rt, name, driver=Driver("local"), cancel=token)
+        answer = _coordinate(rt, name, token)
+        if answer is None:
+            continue  # cancelled while backing off
         if answer.next in ("done", "superseded"):
             return _finished(rt, name, answer.status)
         if answer.next in ("wait", "busy") or answer.lanes == 0:
@@ -142,6 +149,35 @@ def drive(
         if not until_done:
             state = rt.store.get(name)
             return state_view(rt.store, state) if state else {"name": name, "status": None}
+
+
+def _coordinate(rt: Runtime, name: str, token: CancelToken) -> Answer | None:
+    """One coordinator step, retried while the server is unreachable or the error says so.
+
+    A failover or a restarting ``mongod`` must not end a run whose lanes would ride
+    it out: the step backs off like a failed slice, :data:`COORDINATE_ATTEMPTS`
+    times in a row at most. ``None``: ``token`` fired while backing off.
+    """
+    failures = 0
+    while True:
+        try:
+            return coordinate(rt, name, driver=Driver("local"), cancel=token)
+        except (PyMongoError, MigronautError) as exc:
+            if not _transient(exc) or failures + 1 >= COORDINATE_ATTEMPTS:
+                raise
+            failures += 1
+            log.warning("%s: coordinator step failed (%s); retrying", name, type(exc).__name__)
+            base, cap = FAILED_SLICE_BACKOFF
+            if token.sleep(min(cap, base * 2 ** (failures - 1))):
+                return None
+
+
+def _transient(error: Exception) -> bool:
+    if isinstance(error, MigronautError):
+        return error.retryable
+    if isinstance(error, ConnectionFailure):
+        return True
+    return isinstance(error, PyMongoError) and error.has_error_label("RetryableWriteError")
 
 
 def _finished(rt: Runtime, name: str, status: str | None) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pymongo import MongoClient
 from pymongo.database import Database
 
 from migronaut_core import Migronaut, RunAbortedError
@@ -219,3 +220,37 @@ def test_status_view_shape(kit: Migronaut, db: Database[dict[str, Any]], migrati
     partitions = kit.background_partitions(SPLIT_NAME)
     assert partitions and all("token" not in repr(p) for p in partitions)
     assert sum(p["counters"].get("migrated", 0) for p in partitions) == view["progress"]["done"]
+
+
+def test_a_coordinator_step_cut_off_by_the_network_is_retried(
+    mongo_uri: str,
+    mongo_client: MongoClient[dict[str, Any]],
+    db: Database[dict[str, Any]],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Two steps in a row lose their connection (a failover, a restart): the run goes on."""
+    migrations = tmp_path / "migrations"
+    seed_users(db, 300)
+    write_background(migrations)
+    app = f"drive-retry-{db.name}"
+    client: MongoClient[dict[str, Any]] = MongoClient(mongo_uri, appname=app, tz_aware=True)
+    with make_kit(mongo_uri, db, migrations, client=client) as kit:
+        kit.up()
+        # Each step's lock write fails twice (pymongo retries it once): two steps fail.
+        mongo_client.admin.command(
+            "configureFailPoint",
+            "failCommand",
+            mode={"times": 4},
+            data={"failCommands": ["findAndModify"], "closeConnection": True, "appName": app},
+        )
+        try:
+            with caplog.at_level(logging.WARNING, logger="migronaut_core.background"):
+                view = kit.run_background(SPLIT_NAME)
+        finally:
+            mongo_client.admin.command("configureFailPoint", "failCommand", mode="off")
+    client.close()
+    assert view["status"] == "completed"
+    assert view["totals"]["migrated"] == 300
+    retried = [r for r in caplog.records if "coordinator step failed" in r.getMessage()]
+    assert len(retried) == 2
