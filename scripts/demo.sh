@@ -34,4 +34,4 @@ fi
 export MIGRONAUT_DATABASE="${MIGRONAUT_DATABASE:-migronaut_demo}"
 export MIGRONAUT_DEMO_AIRFLOW_HOME="${MIGRONAUT_DEMO_AIRFLOW_HOME:-$ROOT/.migronaut/airflow}"
 
-"$VENV/bin/python" "$ROOT/scripts/demo_airflow.py"
+"$VENV/bin/python" "$ROOT/scripts/demo_airflow.py" "$@"

@@ -32,6 +32,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
@@ -508,11 +509,14 @@ def _took(start: str | None, end: str | None) -> str:
 class Demo:
     """Apply ``examples/demo/migrations`` to a fresh database through ``airflow standalone``."""
 
-    def __init__(self, home: Path, uri: str, database: str, timeout: float) -> None:
+    def __init__(
+        self, home: Path, uri: str, database: str, timeout: float, stay: bool = False
+    ) -> None:
         self.home = home
         self.uri = uri
         self.database = database
         self.timeout = timeout
+        self.stay = stay
         self.bg_dag = f"migronaut_bg__{DEMO_BACKGROUND}"
         self.started = time.monotonic()
 
@@ -537,8 +541,20 @@ class Demo:
             self.apply(airflow, kit)
             status = self.wait_completed(airflow, kit)
             self.report(airflow, kit, status)
+            if self.stay:
+                self.show_ui(airflow)
             self.step("stopping airflow standalone")
         self.step("demo done")
+
+    def show_ui(self, airflow: AirflowStandalone) -> None:
+        """Keep Airflow up for a look at the Migrations page, until Ctrl-C."""
+        self.step(f"the Migrations page: {airflow.url}/migronaut/ (Airflow: {airflow.url}/)")
+        print(f"    sign in as admin, password in {self.home / PASSWORDS_FILE}; Ctrl-C to stop")
+        stop = threading.Event()
+        for number in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(number, lambda *_: stop.set())
+        while not stop.wait(1.0):
+            pass
 
     def reset_home(self) -> None:
         """A fresh AIRFLOW_HOME (no runs left from an earlier demo), if it is the demo's.
@@ -644,6 +660,11 @@ def main(argv: list[str] | None = None) -> int:
         help="the demo's AIRFLOW_HOME, wiped at start (default .migronaut/airflow)",
     )
     parser.add_argument("--timeout", type=float, default=150.0, help="seconds for the migration")
+    parser.add_argument(
+        "--stay",
+        action="store_true",
+        help="keep Airflow running afterwards to look at the Migrations page (Ctrl-C stops)",
+    )
     args = parser.parse_args(argv)
     uri = os.environ.get("MIGRONAUT_MONGODB_URI", "").strip()
     if not uri:
@@ -652,7 +673,7 @@ def main(argv: list[str] | None = None) -> int:
     database = os.environ.get("MIGRONAUT_DATABASE") or DEFAULT_DATABASE
     home = args.airflow_home.resolve()
     try:
-        Demo(home, uri, database, args.timeout).run()
+        Demo(home, uri, database, args.timeout, stay=args.stay).run()
     except (DemoError, AirflowStandaloneError, MigronautError, PyMongoError) as exc:
         print(f"demo failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         if (home / "standalone.log").exists():
