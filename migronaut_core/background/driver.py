@@ -36,10 +36,16 @@ log = logging.getLogger("migronaut_core.background")
 LANE_DONE = frozenset({"exhausted", "paused", "cancelled", "failed", "stale", "stopped", "lost"})
 #: A driver looks again this soon when other drivers' lanes hold every open partition.
 IDLE_POLL_SECONDS = 0.5
-#: Back-off after a failed slice, doubled per failure in a row, capped.
+#: Back-off after a failed slice or coordinator step, doubled per failure in a row, capped.
 FAILED_SLICE_BACKOFF = (0.2, 5.0)
 #: Coordinator steps tried in a row before a transient error ends :func:`drive`.
 COORDINATE_ATTEMPTS = 6
+
+
+def backoff_seconds(failures: int) -> float:
+    """The wait after ``failures`` failures in a row: doubling from the base, capped."""
+    base, cap = FAILED_SLICE_BACKOFF
+    return float(min(cap, base * 2 ** (failures - 1)))
 
 
 def lane_owner() -> str:
@@ -66,9 +72,8 @@ def run_lane(
             return "stale"
         except Exception as exc:
             failures += 1
-            base, cap = FAILED_SLICE_BACKOFF
             log.warning("%s: lane %s: slice failed (%s); retrying", name, owner, type(exc).__name__)
-            if cancel.sleep(min(cap, base * 2 ** (failures - 1))):
+            if cancel.sleep(backoff_seconds(failures)):
                 return "stopped"
             continue
         failures = 0
@@ -167,8 +172,7 @@ def _coordinate(rt: Runtime, name: str, token: CancelToken) -> Answer | None:
                 raise
             failures += 1
             log.warning("%s: coordinator step failed (%s); retrying", name, type(exc).__name__)
-            base, cap = FAILED_SLICE_BACKOFF
-            if token.sleep(min(cap, base * 2 ** (failures - 1))):
+            if token.sleep(backoff_seconds(failures)):
                 return None
 
 
