@@ -73,6 +73,8 @@ def _instrumented(
         entry = _describe(method, lease, kwargs)
         if method == "checkpoint" and pause and kwargs.get("counters"):
             time.sleep(pause)
+        # A write sent before a SIGSTOP may be logged only after the SIGCONT: "sent" tells.
+        entry["sent"] = time.time()
         try:
             answer = original(self, lease, *args, **kwargs)
         except LeaseLost:
