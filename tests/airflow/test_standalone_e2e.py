@@ -112,8 +112,9 @@ def setup(
         db.users.create_index([("_v", 1), ("_id", 1)])
         db.accounts.insert_many([{"_id": i, "_v": 1} for i in range(ACCOUNTS)])
         db.accounts.create_index([("_v", 1), ("_id", 1)])
-        # 2 s slices: lanes defer between them and resume from the real triggerer.
-        write_background(migrations, batch_size=100, max_parallel=3, extra='"slice_ms": 2_000,')
+        # 0.5 s slices: lanes defer between them and resume from the real triggerer
+        # (20,000 documents keep three lanes busy for longer than one slice, however fast).
+        write_background(migrations, batch_size=100, max_parallel=3, extra='"slice_ms": 500,')
         write_background(migrations, SLOW_NAME, body=SLOW_MIGRATION)
         db.ledgers.insert_many([{"_id": i, "_v": 1} for i in range(LEDGERS)])
         write_background(migrations, PAUSED_NAME, body=PAUSED_MIGRATION)
