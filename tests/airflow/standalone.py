@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
+
+import pytest
 
 _PATH = Path(__file__).resolve().parents[2] / "scripts" / "demo_airflow.py"
 _NAME = "migronaut_demo_airflow"
@@ -35,10 +39,26 @@ install_dag_file = _harness.install_dag_file
 overlapping = _harness.overlapping
 parse_time = _harness.parse_time
 
+
+def log_tail_on_failure(
+    airflow: Any,
+    request: pytest.FixtureRequest,
+    capsys: pytest.CaptureFixture[str],
+    extra: str = "",
+) -> Iterator[None]:
+    """For an autouse fixture: print the end of Airflow's log after a test that failed."""
+    failed = request.session.testsfailed
+    yield
+    if request.session.testsfailed > failed:
+        with capsys.disabled():
+            print(f"\n{airflow.log_tail(150)}{extra}")
+
+
 __all__ = [
     "AirflowStandalone",
     "AirflowStandaloneError",
     "install_dag_file",
+    "log_tail_on_failure",
     "overlapping",
     "parse_time",
 ]

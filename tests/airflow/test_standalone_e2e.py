@@ -23,7 +23,12 @@ from pymongo.database import Database
 from migronaut_airflow.operators.background import dag_id_for
 from migronaut_core import Migronaut
 from tests.airflow.conftest import mongo_connection_uri
-from tests.airflow.standalone import AirflowStandalone, install_dag_file, overlapping
+from tests.airflow.standalone import (
+    AirflowStandalone,
+    install_dag_file,
+    log_tail_on_failure,
+    overlapping,
+)
 from tests.integration.background_support import SPLIT_NAME, make_kit, seed_users, write_background
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -138,11 +143,7 @@ def _airflow_log_on_failure(
     setup: Setup, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
 ) -> Iterator[None]:
     """Show the end of Airflow's log when a test here failed."""
-    failed = request.session.testsfailed
-    yield
-    if request.session.testsfailed > failed:
-        with capsys.disabled():
-            print(f"\n{setup.airflow.log_tail(150)}")
+    yield from log_tail_on_failure(setup.airflow, request, capsys)
 
 
 def test_parallel_lanes_migrate_every_document(setup: Setup) -> None:

@@ -38,7 +38,7 @@ from tests.airflow.browser_support import (
     require_chromium,
 )
 from tests.airflow.conftest import mongo_connection_uri
-from tests.airflow.standalone import AirflowStandalone, install_dag_file
+from tests.airflow.standalone import AirflowStandalone, install_dag_file, log_tail_on_failure
 from tests.integration.background_support import make_kit, seed_users, write_background
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
@@ -151,11 +151,8 @@ def site(
 def _airflow_log_on_failure(
     site: Site, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
 ) -> Iterator[None]:
-    failed = request.session.testsfailed
-    yield
-    if request.session.testsfailed > failed:
-        with capsys.disabled():
-            print(f"\n{site.airflow.log_tail(150)}\nscreenshots: {site.out}")
+    """Show the end of Airflow's log, and where the screenshots are, when a test failed."""
+    yield from log_tail_on_failure(site.airflow, request, capsys, f"\nscreenshots: {site.out}")
 
 
 ROW = f"[data-migration='{NAME}']"
