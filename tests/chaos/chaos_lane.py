@@ -5,7 +5,7 @@ Usage: python -m tests.chaos.chaos_lane URI DB MIGRATIONS NAME CONCURRENCY TTL
 Exit 0 when the migration ends completed, 3 when it ends otherwise, 4 when it
 failed, 5 when an exception escaped the driver (its type is printed as JSON).
 
-Environment (both optional):
+Environment (all optional):
 
 - ``MIGRONAUT_CHAOS_FENCE_LOG=PATH``: append one JSON line per lease-fenced
   partition write (intent note, checkpoint, settle, renew, release) saying
@@ -14,13 +14,19 @@ Environment (both optional):
 - ``MIGRONAUT_CHAOS_CHECKPOINT_PAUSE=SECONDS``: sleep between a batch's writes
   and its checkpoint, widening the window in which a ``kill -9`` leaves a batch
   written but not recorded.
+- ``MIGRONAUT_CHAOS_FREEZE_AT_CHECKPOINT=N``: the process stops itself
+  (SIGSTOP) just before sending its N-th checkpoint of a written batch, so a
+  test can freeze a lane exactly where a takeover is most dangerous: the batch
+  is on the server, its counters are not.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -33,6 +39,7 @@ from migronaut_core.errors import LeaseLost
 
 FENCE_LOG_ENV = "MIGRONAUT_CHAOS_FENCE_LOG"
 CHECKPOINT_PAUSE_ENV = "MIGRONAUT_CHAOS_CHECKPOINT_PAUSE"
+FREEZE_AT_CHECKPOINT_ENV = "MIGRONAUT_CHAOS_FREEZE_AT_CHECKPOINT"
 #: Store methods that are filtered on the lease token, and so refuse a stale lane.
 FENCED_METHODS = ("record_intent", "checkpoint", "settle_inflight", "renew", "release")
 
@@ -65,14 +72,34 @@ def _describe(method: str, lease: Lease, kwargs: dict[str, Any]) -> dict[str, An
     return entry
 
 
+class BatchCheckpoints:
+    """What happens before each checkpoint of a written batch: a pause, one self-freeze."""
+
+    def __init__(self, pause: float, freeze_at: int) -> None:
+        self._pause = pause
+        self._freeze_at = freeze_at
+        self._numbers = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def before(self) -> None:
+        if self._pause:
+            time.sleep(self._pause)
+        with self._lock:
+            number = next(self._numbers)
+        if number == self._freeze_at:
+            # Aimed at this thread, the stop takes it before the call returns; aimed at
+            # the process, this thread could run on and send the checkpoint first.
+            signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+
+
 def _instrumented(
-    method: str, original: Callable[..., Any], log: FenceLog | None, pause: float
+    method: str, original: Callable[..., Any], log: FenceLog | None, batches: BatchCheckpoints
 ) -> Callable[..., Any]:
     @functools.wraps(original)
     def fenced(self: BackgroundStore, lease: Lease, *args: Any, **kwargs: Any) -> Any:
         entry = _describe(method, lease, kwargs)
-        if method == "checkpoint" and pause and kwargs.get("counters"):
-            time.sleep(pause)
+        if method == "checkpoint" and kwargs.get("counters"):
+            batches.before()
         # A write sent before a SIGSTOP may be logged only after the SIGCONT: "sent" tells.
         entry["sent"] = time.time()
         try:
@@ -88,17 +115,21 @@ def _instrumented(
     return fenced
 
 
-def instrument(log_path: str | None, pause: float) -> None:
-    """Wrap the store's fenced writes: log their outcome, pause before checkpoints."""
+def instrument(log_path: str | None, batches: BatchCheckpoints) -> None:
+    """Wrap the store's fenced writes: log their outcome, act before batch checkpoints."""
     log = FenceLog(log_path) if log_path else None
     for method in FENCED_METHODS:
         original = getattr(BackgroundStore, method)
-        setattr(BackgroundStore, method, _instrumented(method, original, log, pause))
+        setattr(BackgroundStore, method, _instrumented(method, original, log, batches))
 
 
 def main(argv: list[str]) -> int:
     uri, database, migrations, name, concurrency, ttl = argv
-    instrument(os.environ.get(FENCE_LOG_ENV), float(os.environ.get(CHECKPOINT_PAUSE_ENV) or 0))
+    batches = BatchCheckpoints(
+        pause=float(os.environ.get(CHECKPOINT_PAUSE_ENV) or 0),
+        freeze_at=int(os.environ.get(FREEZE_AT_CHECKPOINT_ENV) or 0),
+    )
+    instrument(os.environ.get(FENCE_LOG_ENV), batches)
     with Migronaut(
         uri=uri, database=database, migrations_dir=migrations, lock_ttl_seconds=float(ttl)
     ) as kit:

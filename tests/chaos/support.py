@@ -25,7 +25,11 @@ from typing import Any
 from pymongo.database import Database
 
 from migronaut_core import Migronaut
-from tests.chaos.chaos_lane import CHECKPOINT_PAUSE_ENV, FENCE_LOG_ENV
+from tests.chaos.chaos_lane import (
+    CHECKPOINT_PAUSE_ENV,
+    FENCE_LOG_ENV,
+    FREEZE_AT_CHECKPOINT_ENV,
+)
 
 NAME = "20240101000000_split_names"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -111,6 +115,11 @@ class Lane:
     def alive(self) -> bool:
         return self.process.poll() is None
 
+    def stopped(self) -> bool:
+        """Whether the process is stopped by a signal (state ``T`` in ``/proc``)."""
+        stat = Path(f"/proc/{self.pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] == "T"
+
 
 @dataclass
 class LaneFleet:
@@ -128,7 +137,8 @@ class LaneFleet:
     checkpoint_pause: float = 0.0
     lanes: list[Lane] = field(default_factory=list)
 
-    def spawn(self) -> Lane:
+    def spawn(self, *, freeze_at_checkpoint: int = 0) -> Lane:
+        """Start a lane; with ``freeze_at_checkpoint`` it stops itself before that checkpoint."""
         index = len(self.lanes)
         output = self.workdir / f"lane-{index}.out"
         fence_log = self.workdir / f"lane-{index}.fence.jsonl"
@@ -136,6 +146,7 @@ class LaneFleet:
             **os.environ,
             FENCE_LOG_ENV: str(fence_log),
             CHECKPOINT_PAUSE_ENV: str(self.checkpoint_pause),
+            FREEZE_AT_CHECKPOINT_ENV: str(freeze_at_checkpoint),
         }
         with output.open("wb") as sink:
             process = subprocess.Popen(
