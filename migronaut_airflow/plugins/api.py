@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 
-from migronaut_airflow.plugins import actions
+from migronaut_airflow.plugins import actions, audit
 from migronaut_airflow.plugins.access import CurrentUser, Editor, Reader, may, may_trigger, readable
 from migronaut_airflow.plugins.models import (
     ActionName,
@@ -31,7 +31,7 @@ from migronaut_airflow.plugins.target import current_kit
 from migronaut_airflow.plugins.throughput import ThroughputSampler
 from migronaut_core import Migronaut
 from migronaut_core.background.spec import STATUSES
-from migronaut_core.errors import ConfigInvalidError
+from migronaut_core.errors import ConfigInvalidError, MigronautError
 
 log = logging.getLogger(__name__)
 
@@ -110,18 +110,26 @@ def get_migration(grant: Reader, kit: Kit) -> MigrationDetail:
 def act(grant: Editor, action: ActionName, body: ActionRequest, kit: Kit) -> ActionResult:
     """Pause, resume, cancel, retry, retry from start, repin or unlock; needs edit access.
 
-    The signed-in user is recorded as ``requested_by`` with the reason. After a
+    The signed-in user is recorded as ``requested_by`` with the reason, in the
+    migration's history and in Airflow's audit log (:mod:`.audit`). After a
     resume, retry or repin that leaves the migration runnable, its DAG is
     started unless a run is active already (``dag_run`` / ``dag_run_note``).
     """
     reason = actions.clean_reason(body.reason)
-    result = actions.apply(
-        kit,
-        grant.migration,
-        action,
-        requested_by=grant.user_name,
-        reason=reason,
-        repin=body.repin,
+    try:
+        result = actions.apply(
+            kit,
+            grant.migration,
+            action,
+            requested_by=grant.user_name,
+            reason=reason,
+            repin=body.repin,
+        )
+    except MigronautError as refused:
+        audit.record_control(grant, action, reason=reason, outcome=refused.code)
+        raise
+    audit.record_control(
+        grant, action, reason=reason, outcome=result["applied"], status=result["status"]
     )
     log.info("%s: %s by %s (%s)", grant.migration, action, grant.user_name, result["applied"])
     dag_run, note = None, None

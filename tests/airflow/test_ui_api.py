@@ -90,13 +90,27 @@ def drop_runs(dag_id: str) -> list[Any]:
     return found
 
 
+def audit_entries(dag_id: str, *, drop: bool = False) -> list[tuple[str, str, dict[str, Any]]]:
+    """The plugin's entries in Airflow's audit log for the DAG: (event, owner, extra)."""
+    from airflow.models.log import Log
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        query = session.query(Log).filter(Log.dag_id == dag_id, Log.event.like("migronaut_%"))
+        found = [(row.event, row.owner, json.loads(row.extra)) for row in query.order_by(Log.id)]
+        if drop:
+            query.delete(synchronize_session=False)
+    return found
+
+
 @pytest.fixture(autouse=True)
 def _fresh(airflow_db: Path) -> Iterator[None]:
     """Each test's database is new: drop the kits cached for earlier ones, and DAG runs
-    of the migration's DAG that other tests (or a resume here) queued."""
+    and audit entries of the migration's DAG that other tests (or a resume here) left."""
     from migronaut_airflow.plugins.target import kits
 
     drop_runs(dag_id_for(SPLIT_NAME))
+    audit_entries(dag_id_for(SPLIT_NAME), drop=True)
     yield
     kits.close()
     drop_runs(dag_id_for(SPLIT_NAME))
@@ -207,6 +221,7 @@ def test_a_viewer_cannot_control(airflow: Airflow, running: str, db: Database[An
     after = state_of(db, running)
     assert after["status"] == before["status"] == "running"
     assert after.get("history") == before.get("history")
+    assert audit_entries(dag_id_for(running)) == []  # refused before any control ran
     detail = airflow.get(f"/api/migrations/{running}").json()
     assert detail["permissions"] == {"can_control": False, "can_trigger": False}
 
@@ -334,6 +349,15 @@ def test_an_editor_pauses_and_resumes(airflow: Airflow, running: str, db: Databa
     history = state_of(db, running)["history"]
     assert history[-1]["by"] == "editor"
 
+    def entry(reason: str, outcome: str, status: str) -> dict[str, Any]:
+        return {"migration": running, "reason": reason, "outcome": outcome, "status": status}
+
+    assert audit_entries(dag_id_for(running)) == [
+        ("migronaut_pause", "editor", entry("checkout latency above SLO", "changed", "paused")),
+        ("migronaut_pause", "editor", entry("twice", "unchanged", "paused")),
+        ("migronaut_resume", "editor", entry("latency is back to normal", "changed", "running")),
+    ]
+
 
 def sync_dags_to_airflow() -> None:
     """Parse the dags folder into the metadata DB, as the DAG processor would."""
@@ -425,6 +449,18 @@ def test_unknown_migrations_and_conflicts(
     assert finished.json()["code"] == "BACKGROUND_CONFLICT"
     assert finished.json()["context"]["migration"] == SPLIT_NAME
     assert state_of(db, SPLIT_NAME)["status"] == "completed"
+    assert audit_entries(dag_id_for(SPLIT_NAME)) == [
+        (
+            "migronaut_pause",
+            "editor",
+            {
+                "migration": SPLIT_NAME,
+                "reason": "too late",
+                "outcome": "BACKGROUND_CONFLICT",
+                "status": None,
+            },
+        )
+    ]
     done = airflow.get("/api/migrations").json()["migrations"][0]
     assert (done["status"], done["progress"]["percent"]) == ("completed", 100.0)
 
