@@ -1,12 +1,15 @@
 """Planning time as the collection grows (DESIGN.md §5; target <= 2x from 100k to 1M).
 
 Planning is the coordinator's first step after registration,
-``kit.coordinate_background(name)``: it counts the documents to rewrite (through
-the version index, capped at 1M), samples their ``_id``s, cuts partitions and
-commits them. For each size, on a freshly seeded database, the migration is
-registered and planned ``--repeat`` times (the migronaut_* collections dropped
-and the migration registered again in between: the data stays). The count and the
-``$sample`` are then timed on their own, the way the planner issues them.
+``kit.coordinate_background(name)``: it counts the documents to rewrite through
+the version index — exactly up to 100,000 (``ESTIMATE_ABOVE``); past that it
+estimates them from a random sample of the collection, whose matching ``_id``s
+are also the split points — cuts partitions and commits them. For each size, on
+a freshly seeded database, the migration is registered and planned ``--repeat``
+times (the migronaut_* collections dropped and the migration registered again
+in between: the data stays). The planner's reads are then timed on their own,
+next to the reads it made before it estimated (a count capped at 1M and a
+sample of every match).
 
 Usage: ``python -m bench.planning [--docs 100000,1000000 | --quick] [--json]``.
 """
@@ -22,7 +25,11 @@ from pymongo import MongoClient
 from pymongo.database import Database
 
 from bench import common
-from migronaut_core.background.partition import MIN_PARTITION_DOCS, sample_pipeline
+from migronaut_core.background.partition import (
+    ESTIMATE_ABOVE,
+    random_sample_pipeline,
+    sample_pipeline,
+)
 
 
 def drop_migronaut(db: Database[dict[str, Any]]) -> None:
@@ -39,9 +46,16 @@ def plan_once(uri: str, db: Database[dict[str, Any]], directory: Any) -> dict[st
         answer = k.coordinate_background(common.MIGRATION_NAME)
         seconds = time.perf_counter() - started
         partitions = k.background_partitions(common.MIGRATION_NAME)
+        plan = (k.background.store.get(common.MIGRATION_NAME) or {}).get("plan") or {}
     if answer.next != "process":
         raise RuntimeError(f"the first coordinator step answered {answer.next!r}, not process")
-    return {"seconds": seconds, "partitions": len(partitions), "lanes": answer.lanes}
+    return {
+        "seconds": seconds,
+        "partitions": len(partitions),
+        "lanes": answer.lanes,
+        "estimate": int(plan.get("estimate") or 0),
+        "approximate": bool(plan.get("approximate")),
+    }
 
 
 def _timed(action: Callable[[], object]) -> float:
@@ -51,29 +65,28 @@ def _timed(action: Callable[[], object]) -> float:
 
 
 def parts(db: Database[dict[str, Any]]) -> dict[str, float]:
-    """The planner's two reads timed alone, and two cheaper forms of each for comparison.
+    """The planner's reads timed alone, now and before it estimated large passes.
 
-    - the count as planned (capped at 1M) and capped at what the partition budget
-      can use (16 partitions x 1,000 documents, + 1);
-    - the sample as planned (``$match`` then ``$sample``: reads every match) and
-      ``$sample`` first (the server's random cursor), filtered after.
+    - now: the count capped at ``ESTIMATE_ABOVE + 1``; then, below the cap, a sample
+      of the matches (``$match`` → ``$sample``: reads every match), past it a random
+      sample of the collection (``$sample`` first: the server's random cursor);
+    - before: the count capped at 1M, and always the sample of the matches.
     """
     users = db[common.COLLECTION]
     hint = dict(common.VERSION_INDEX)
     match = {"_v": 1}
-    budget_cap = 16 * MIN_PARTITION_DOCS + 1
-    planned = sample_pipeline(match, 1_000)  # [$match, $sample, $project, $sort]
-    sample_first = [planned[1], planned[0], *planned[2:]]
     return {
-        "count_seconds": _timed(lambda: users.count_documents(match, limit=1_000_000, hint=hint)),
-        "sample_seconds": _timed(
+        "count_seconds": _timed(
+            lambda: users.count_documents(match, limit=ESTIMATE_ABOVE + 1, hint=hint)
+        ),
+        "random_sample_seconds": _timed(
+            lambda: list(users.aggregate(random_sample_pipeline(match, 1_000)))
+        ),
+        "match_sample_seconds": _timed(
             lambda: list(users.aggregate(sample_pipeline(match, 1_000), hint=hint, batchSize=1_000))
         ),
-        "count_budget_cap_seconds": _timed(
-            lambda: users.count_documents(match, limit=budget_cap, hint=hint)
-        ),
-        "sample_first_seconds": _timed(
-            lambda: list(users.aggregate(sample_first, batchSize=1_000))
+        "full_count_seconds": _timed(
+            lambda: users.count_documents(match, limit=1_000_000, hint=hint)
         ),
     }
 
@@ -93,6 +106,8 @@ def measure(
         "median_seconds": statistics.median(times),
         "all_seconds": times,
         "partitions": plans[0]["partitions"],
+        "estimate": plans[0]["estimate"],
+        "approximate": plans[0]["approximate"],
         **parts(db),
     }
     client.drop_database(db.name)
@@ -132,11 +147,12 @@ def main(argv: list[str] | None = None) -> int:
                 "first ms",
                 "median ms",
                 "partitions",
-                "count ms",
-                "sample ms",
+                "estimate",
                 f"x {sizes[0]:,}",
-                "count<=16001 ms",
-                "$sample-first ms",
+                "count ms",
+                "random sample ms",
+                "match sample ms",
+                "count<=1M ms",
             ],
             [
                 [
@@ -144,17 +160,18 @@ def main(argv: list[str] | None = None) -> int:
                     r["first_seconds"] * 1000,
                     r["median_seconds"] * 1000,
                     r["partitions"],
-                    r["count_seconds"] * 1000,
-                    r["sample_seconds"] * 1000,
+                    ("~" if r["approximate"] else "") + f"{r['estimate']:,}",
                     r["ratio"],
-                    r["count_budget_cap_seconds"] * 1000,
-                    r["sample_first_seconds"] * 1000,
+                    r["count_seconds"] * 1000,
+                    r["random_sample_seconds"] * 1000,
+                    r["match_sample_seconds"] * 1000,
+                    r["full_count_seconds"] * 1000,
                 ]
                 for r in rows
             ],
         )
-        + "\n(the last two columns time cheaper forms of the count and the sample alone, "
-        "for comparison: see the docstring)"
+        + f"\n(the planner counts up to {ESTIMATE_ABOVE + 1:,}, then samples the matches below"
+        " that or the collection past it; the last column is the count it made before)"
         + f"\n\nmedian planning ratio {sizes[-1]:,} / {sizes[0]:,} docs: "
         f"{rows[-1]['ratio']:.2f}x (target <= 2x)"
     )

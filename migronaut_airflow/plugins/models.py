@@ -31,6 +31,9 @@ class Progress(BaseModel):
 
     estimate: int
     at_least: bool = Field(description="the estimate is a lower bound (the count was capped)")
+    approximate: bool = Field(
+        False, description="the estimate comes from a random sample (a large pass), not a count"
+    )
     done: int = Field(description="migrated + skipped in this pass")
     percent: float | None = Field(description="None before the pass is planned")
 
@@ -199,6 +202,7 @@ class PlanSummary(BaseModel):
     method: str | None = None
     estimate: int | None = None
     at_least: bool = False
+    approximate: bool = False
     degraded: bool = False
     sharding: str | None = Field(None, description="off, untargeted, chunks or sampled")
 

@@ -314,6 +314,7 @@ def plan_summary(state: Mapping[str, Any]) -> PlanSummary | None:
         method=_text(plan.get("method")),
         estimate=plan.get("estimate"),
         at_least=bool(plan.get("at_least")),
+        approximate=bool(plan.get("approximate")),
         degraded=bool(plan.get("degraded")),
         sharding=_text(sharding.get("mode")),
     )

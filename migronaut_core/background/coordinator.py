@@ -482,6 +482,8 @@ def plan_pass(
     }
     if plan.at_least:
         plan_fields["at_least"] = True
+    if plan.approximate:
+        plan_fields["approximate"] = True
     if plan.degraded:
         plan_fields["degraded"] = plan.degraded
     if plan.epoch:
@@ -515,6 +517,7 @@ def plan_pass(
             "partitions": len(plan.partitions),
             "estimate": plan.estimate,
             "at_least": plan.at_least,
+            "approximate": plan.approximate,
             "method": plan.method,
             "degraded": plan.degraded,
         },

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ALL_KIND",
+    "ESTIMATE_ABOVE",
     "MIN_PARTITION_DOCS",
     "RANGE_KIND",
     "REST_KIND",
@@ -72,6 +73,7 @@ __all__ = [
     "count_matching",
     "find",
     "partition_budget",
+    "random_sample_pipeline",
     "sample_pipeline",
     "scopes_from_sample",
     "timed_out",
@@ -87,6 +89,14 @@ REST_KIND: Final = "rest"
 #: Fewest matching documents worth a partition of their own: below twice this,
 #: a plan is one partition and no sample is taken.
 MIN_PARTITION_DOCS: Final = 1_000
+
+#: Matching documents counted exactly; past this many a plan estimates how many
+#: match from a random sample of the collection (:meth:`IdRangePartitioner.plan`).
+ESTIMATE_ABOVE: Final = 100_000
+
+#: Fewest matching ``_id``s a random sample of the whole collection must hold to
+#: stand for the matching documents (the estimate's error is then within ~7%).
+RANDOM_SAMPLE_MIN_MATCHES: Final = 200
 
 #: Server codes of an operation that ran out of time (MaxTimeMSExpired,
 #: ExceededTimeLimit).
@@ -113,13 +123,16 @@ class Plan:
 
     :param method: ``empty`` (nothing matches), ``single`` (one ``all``
         partition) or ``sample`` (ranges cut at sampled ``_id``s).
-    :param estimate: matching documents counted (capped: see ``at_least``).
+    :param estimate: matching documents counted (capped: see ``at_least``), or
+        estimated from a sample (see ``approximate``).
     :param at_least: the count stopped at its cap; ``estimate`` is a floor.
     :param partitions: one BSON-ready scope per partition; together they reach
         every matching document exactly once.
     :param degraded: why the plan is coarser than asked (``sample-timeout``,
         ``count-timeout``), else ``None``.
     :param epoch: what the plan depends on (``None``: nothing that can change).
+    :param approximate: ``estimate`` is the collection's size times the share of
+        a random sample that matched, not a count.
     """
 
     method: str
@@ -128,6 +141,7 @@ class Plan:
     partitions: list[Scope]
     degraded: str | None
     epoch: Any = None
+    approximate: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,6 +317,30 @@ def sample_pipeline(match: Mapping[str, Any], size: int) -> list[dict[str, Any]]
     ]
 
 
+def random_sample_pipeline(match: Mapping[str, Any], size: int) -> list[dict[str, Any]]:
+    """Return the pipeline that samples ``size`` documents of the whole collection
+    and keeps the matching ``_id``s as :func:`sample_pipeline` returns them.
+
+    With ``$sample`` first (and ``size`` under 5% of the collection) the server
+    draws from a random cursor instead of reading every match, so the cost does
+    not grow with the collection. One row comes back:
+    ``{"sampled": [{"n": <documents drawn>}], "matched": [{_id, t}, ...]}``.
+    """
+    return [
+        {"$sample": {"size": size}},
+        {
+            "$facet": {
+                "sampled": [{"$count": "n"}],
+                "matched": [
+                    {"$match": dict(match)},
+                    {"$project": {"_id": 1, "t": {"$type": "$_id"}}},
+                    {"$sort": {"_id": 1}},
+                ],
+            }
+        },
+    ]
+
+
 def scopes_from_sample(rows: Iterable[Mapping[str, Any]], *, max_partitions: int) -> list[Scope]:
     """Return the scopes that cut the sampled brackets at sample points and catch the rest.
 
@@ -433,14 +471,17 @@ class Partitioner(Protocol):
 class Count:
     """How many documents a pass has to rewrite, as far as planning could tell.
 
-    :param estimate: the count (capped), or the collection's size after a timeout.
+    :param estimate: the count (capped), the collection's size after a timeout,
+        or an estimate from a random sample (``approximate``).
     :param at_least: the count stopped at its cap.
     :param degraded: ``count-timeout`` when the count ran out of time, else ``None``.
+    :param approximate: ``estimate`` comes from a random sample.
     """
 
     estimate: int
     at_least: bool
     degraded: str | None
+    approximate: bool = False
 
     def budget(self, max_partitions: int) -> int:
         """Return the ranges worth planning; a capped count is worth them all."""
@@ -502,40 +543,62 @@ class IdRangePartitioner:
         max_parallel: int,
         settings: PartitionSettings,
         count_cap: int = 1_000_000,
+        estimate_above: int = ESTIMATE_ABOVE,
         shard_concurrency: int | None = None,
     ) -> Plan:
         """Split the documents ``match`` selects into partitions for one pass.
 
-        Counts them (at most ``count_cap``); for more than a couple of
-        :data:`MIN_PARTITION_DOCS` (or a capped count) and ``max_parallel > 1``,
-        samples their ``_id``s and cuts ranges (:func:`scopes_from_sample`).
-        A count or a sample that runs out of ``settings.sample_timeout_ms``
-        makes the plan coarser and says so in ``degraded``; it never fails the
-        plan. Whatever the method, the partitions reach every matching
-        document exactly once.
+        Counts them, exactly up to ``estimate_above``. Past that, a count and a
+        sample of the matches would read every one of them, so planning draws a
+        random sample of the whole collection instead
+        (:func:`random_sample_pipeline`): the estimate is the collection's size
+        times the share that matched (``approximate``), and the matching
+        ``_id``s are the split points. Planning then costs about the same at 10
+        million documents as at 100,000. When fewer than
+        :data:`RANDOM_SAMPLE_MIN_MATCHES` of the sample match (a pass over a
+        small share of a large collection), it counts up to ``count_cap`` and
+        samples the matches, as for smaller collections.
 
-        :param hint: the version index, used by the count and the sample.
+        For more than a couple of :data:`MIN_PARTITION_DOCS` and
+        ``max_parallel > 1``, ranges are cut at sampled ``_id``s
+        (:func:`scopes_from_sample`). A count or a sample that runs out of
+        ``settings.sample_timeout_ms`` makes the plan coarser and says so in
+        ``degraded``; it never fails the plan. Whatever the method, the
+        partitions reach every matching document exactly once.
+
+        :param hint: the version index, used by the count and the sample of matches.
         :param shard_concurrency: ignored (shard-aware partitioners use it).
-        :raises ConfigInvalidError: on a ``count_cap`` below 1.
+        :raises ConfigInvalidError: on a ``count_cap`` or ``estimate_above`` below 1.
         """
         _check_positive(count_cap, "count_cap")
-        counted = self._count(collection, match, hint, count_cap, settings.sample_timeout_ms)
+        _check_positive(estimate_above, "estimate_above")
+        budget_ms = settings.sample_timeout_ms
+        exact_cap = min(count_cap, estimate_above + 1)
+        counted = self._count(collection, match, hint, exact_cap, budget_ms)
+        rows: list[dict[str, Any]] | None = None
+        if counted.at_least and count_cap > estimate_above:
+            estimated = self._estimate(collection, match, counted, settings)
+            if estimated is None:
+                counted = self._count(collection, match, hint, count_cap, budget_ms)
+            else:
+                counted, rows = estimated
         if counted.estimate == 0 and counted.degraded is None:
             return Plan("empty", 0, at_least=False, partitions=[], degraded=None)
         budget = counted.budget(settings.max_partitions)
         if max_parallel <= 1 or budget <= 1:
             return self._single(collection, counted, counted.degraded)
-        try:
-            rows = self._sample(collection, match, hint, settings)
-        except OperationFailure as exc:
-            if not timed_out(exc):
-                raise
-            logger.warning(
-                "sampling %s ran out of its %d ms budget: one partition this pass",
-                collection.full_name,
-                settings.sample_timeout_ms,
-            )
-            return self._single(collection, counted, "sample-timeout")
+        if rows is None:
+            try:
+                rows = self._sample(collection, match, hint, settings)
+            except OperationFailure as exc:
+                if not timed_out(exc):
+                    raise
+                logger.warning(
+                    "sampling %s ran out of its %d ms budget: one partition this pass",
+                    collection.full_name,
+                    budget_ms,
+                )
+                return self._single(collection, counted, "sample-timeout")
         scopes = scopes_from_sample(rows, max_partitions=budget)
         if len(scopes) == 1:  # nothing (left) to split
             return self._single(collection, counted, counted.degraded)
@@ -551,6 +614,39 @@ class IdRangePartitioner:
     ) -> Count:
         """Count matching documents up to ``cap``; on timeout, take the collection's size."""
         return count_matching(collection, match, hint, cap, budget_ms)
+
+    def _estimate(
+        self,
+        collection: Collection[Any],
+        match: dict[str, Any],
+        counted: Count,
+        settings: PartitionSettings,
+    ) -> tuple[Count, list[dict[str, Any]]] | None:
+        """Estimate the matches from a random sample of the collection, with the
+        matching ``_id``s it drew; None when too few matched to stand for them."""
+        try:
+            with collection.aggregate(
+                random_sample_pipeline(match, settings.sample_size),
+                maxTimeMS=settings.sample_timeout_ms,
+            ) as cursor:
+                drawn = next(cursor, None)
+        except OperationFailure as exc:
+            if not timed_out(exc):
+                raise
+            logger.warning(
+                "sampling %s ran out of its %d ms budget: counting instead",
+                collection.full_name,
+                settings.sample_timeout_ms,
+            )
+            return None
+        answer = drawn or {}
+        matched = list(answer.get("matched") or [])
+        if len(matched) < RANDOM_SAMPLE_MIN_MATCHES:
+            return None
+        sampled = int(answer["sampled"][0]["n"])
+        share = len(matched) / sampled
+        estimate = max(counted.estimate, round(collection.estimated_document_count() * share))
+        return Count(estimate, False, None, approximate=True), matched
 
     def _sample(
         self,
@@ -585,10 +681,17 @@ class IdRangePartitioner:
             collection.full_name,
             len(scopes),
             method,
-            "at least " if counted.at_least else "",
+            "at least " if counted.at_least else "about " if counted.approximate else "",
             counted.estimate,
         )
-        return Plan(method, counted.estimate, counted.at_least, scopes, degraded)
+        return Plan(
+            method,
+            counted.estimate,
+            counted.at_least,
+            scopes,
+            degraded,
+            approximate=counted.approximate,
+        )
 
     # ── reading ──
 

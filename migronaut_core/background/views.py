@@ -42,7 +42,11 @@ def json_safe(value: Any) -> Any:
 
 
 def progress(state: Mapping[str, Any], partitions: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Documents done in this pass against its estimate, with a percentage."""
+    """Documents done in this pass against its estimate, with a percentage.
+
+    ``at_least``: the estimate is a floor (a capped count); ``approximate``: it
+    was estimated from a random sample (a large pass, see the id-range planner).
+    """
     plan = state.get("plan") or {}
     estimate = int(plan.get("estimate") or 0)
     done_now = sum(
@@ -60,6 +64,7 @@ def progress(state: Mapping[str, Any], partitions: Sequence[Mapping[str, Any]]) 
     return {
         "estimate": estimate,
         "at_least": bool(plan.get("at_least")),
+        "approximate": bool(plan.get("approximate")),
         "done": done_now,
         "percent": percent,
     }

@@ -222,6 +222,27 @@ def test_status_view_shape(kit: Migronaut, db: Database[dict[str, Any]], migrati
     assert sum(p["counters"].get("migrated", 0) for p in partitions) == view["progress"]["done"]
 
 
+def test_a_large_pass_is_planned_from_an_estimate(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    """Past 100,000 matching documents planning samples the collection instead of
+    counting every match; status says the estimate is approximate."""
+    seed_users(db, 120_000)
+    write_background(migrations, batch_size=500, max_parallel=4)
+    kit.up()
+    assert kit.coordinate_background(SPLIT_NAME).next == "process"
+    view = kit.background_status(SPLIT_NAME)
+    # Every document matches, so the sampled share is 1 and the estimate the size.
+    assert view["progress"] == {
+        "estimate": 120_000,
+        "at_least": False,
+        "approximate": True,
+        "done": 0,
+        "percent": 0.0,
+    }
+    assert len(kit.background_partitions(SPLIT_NAME)) > 4
+
+
 def test_a_coordinator_step_cut_off_by_the_network_is_retried(
     mongo_uri: str,
     mongo_client: MongoClient[dict[str, Any]],

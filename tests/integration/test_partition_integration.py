@@ -224,6 +224,41 @@ def test_a_capped_count_says_at_least(db: Database[Doc]) -> None:
     _assert_exactly_once(_scan(items, plan), ids)
 
 
+def test_a_large_pass_is_estimated_from_a_random_sample(db: Database[Doc]) -> None:
+    """Past ``estimate_above`` matches the plan reads a sample of the collection, not
+    every match: every document matches here, so the estimate is the collection's size."""
+    items = db["items"]
+    ids = _object_ids(40_000)
+    _insert(items, ids)
+    items.create_index(VERSION_INDEX)
+    plan = _plan(items, hint=VERSION_INDEX, estimate_above=5_000)
+    assert (plan.method, plan.estimate, plan.at_least) == ("sample", 40_000, False)
+    assert plan.approximate
+    assert len(plan.partitions) == SETTINGS.max_partitions + 1  # the ranges and the rest
+    _assert_exactly_once(_scan(items, plan, hint=VERSION_INDEX), ids)
+
+    single = _plan(items, hint=VERSION_INDEX, estimate_above=5_000, max_parallel=1)
+    assert (single.method, single.estimate, single.approximate) == ("single", 40_000, True)
+
+
+def test_a_large_pass_over_a_small_share_is_counted(db: Database[Doc]) -> None:
+    """A random sample holds too few matches when they are a small share (10% here,
+    about 100 of 1,000 drawn): the plan counts and samples the matches instead."""
+    items = db["items"]
+    current, newer = _object_ids(4_000), _object_ids(36_000)
+    _insert(items, newer, version=2)
+    _insert(items, current, version=1)
+    items.create_index(VERSION_INDEX)
+    plan = _plan(items, hint=VERSION_INDEX, estimate_above=2_000)
+    assert (plan.method, plan.estimate, plan.at_least, plan.approximate) == (
+        "sample",
+        4_000,
+        False,
+        False,
+    )
+    _assert_exactly_once(_scan(items, plan, hint=VERSION_INDEX), current)
+
+
 def test_small_collections_and_one_lane_get_one_partition(db: Database[Doc]) -> None:
     items = db["items"]
     ids: list[Any] = [*_object_ids(40), *range(30), "a", None]

@@ -81,6 +81,12 @@ window.Migronaut = (function () {
     return value === null || value === undefined ? "–" : Number(value).toLocaleString();
   }
 
+  // A pass's estimate: "≥" when its count was capped, "≈" when it was sampled.
+  function estimate(progress) {
+    const mark = progress.at_least ? "≥ " : progress.approximate ? "≈ " : "";
+    return mark + count(progress.estimate);
+  }
+
   function duration(seconds) {
     if (seconds === null || seconds === undefined) return "–";
     let left = Math.max(0, Math.round(seconds));
@@ -194,6 +200,7 @@ window.Migronaut = (function () {
     percentText,
     barWidth,
     count,
+    estimate,
     duration,
     rate,
     when,

@@ -30,7 +30,7 @@
     M.setText(summary, '[data-field="percent"]', M.percentText(m.progress));
     summary.querySelector('[data-role="fill"]').style.width = M.barWidth(m.progress);
     M.setText(summary, '[data-field="processed"]', String(m.processed));
-    const estimate = (m.progress.at_least ? "≥ " : "") + M.count(m.progress.estimate);
+    const estimate = M.estimate(m.progress);
     M.setText(summary, '[data-field="estimate"]', estimate);
     M.setText(summary, '[data-field="eta"]', m.status === "running" ? M.duration(m.eta_seconds) : "–");
     M.setText(summary, '[data-field="pass"]', m.pass);

@@ -47,7 +47,7 @@
     status.className = "status s-" + m.status;
     M.setText(row, '[data-field="percent"]', M.percentText(m.progress));
     row.querySelector('[data-role="fill"]').style.width = M.barWidth(m.progress);
-    const estimate = (m.progress.at_least ? "≥ " : "") + M.count(m.progress.estimate);
+    const estimate = M.estimate(m.progress);
     M.setText(row, '[data-field="counts"]', M.count(m.processed) + " / " + estimate);
     M.setText(row, '[data-field="eta"]', m.status === "running" ? M.duration(m.eta_seconds) : "–");
     M.setText(row, '[data-field="pass"]', m.pass);
