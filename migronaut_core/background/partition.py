@@ -553,8 +553,8 @@ class IdRangePartitioner:
         random sample of the whole collection instead
         (:func:`random_sample_pipeline`): the estimate is the collection's size
         times the share that matched (``approximate``), and the matching
-        ``_id``s are the split points. Planning then costs about the same at 10
-        million documents as at 100,000. When fewer than
+        ``_id``s are the split points, so planning stops growing with the
+        collection. When fewer than
         :data:`RANDOM_SAMPLE_MIN_MATCHES` of the sample match (a pass over a
         small share of a large collection), it counts up to ``count_cap`` and
         samples the matches, as for smaller collections.
