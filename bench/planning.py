@@ -2,7 +2,7 @@
 
 Planning is the coordinator's first step after registration,
 ``kit.coordinate_background(name)``: it counts the documents to rewrite through
-the version index — exactly up to 100,000 (``ESTIMATE_ABOVE``); past that it
+the version index — exactly up to 100,000 (``partitions.estimate_above``); past that it
 estimates them from a random sample of the collection, whose matching ``_id``s
 are also the split points — cuts partitions and commits them. For each size, on
 a freshly seeded database, the migration is registered and planned ``--repeat``
@@ -25,11 +25,11 @@ from pymongo import MongoClient
 from pymongo.database import Database
 
 from bench import common
-from migronaut_core.background.partition import (
-    ESTIMATE_ABOVE,
-    random_sample_pipeline,
-    sample_pipeline,
-)
+from migronaut_core.background.partition import random_sample_pipeline, sample_pipeline
+from migronaut_core.background.spec import PartitionSettings
+
+#: Where the planner stops counting by default.
+ESTIMATE_ABOVE = PartitionSettings().estimate_above
 
 
 def drop_migronaut(db: Database[dict[str, Any]]) -> None:

@@ -59,7 +59,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ALL_KIND",
-    "ESTIMATE_ABOVE",
     "MIN_PARTITION_DOCS",
     "RANGE_KIND",
     "REST_KIND",
@@ -89,10 +88,6 @@ REST_KIND: Final = "rest"
 #: Fewest matching documents worth a partition of their own: below twice this,
 #: a plan is one partition and no sample is taken.
 MIN_PARTITION_DOCS: Final = 1_000
-
-#: Matching documents counted exactly; past this many a plan estimates how many
-#: match from a random sample of the collection (:meth:`IdRangePartitioner.plan`).
-ESTIMATE_ABOVE: Final = 100_000
 
 #: Fewest matching ``_id``s a random sample of the whole collection must hold to
 #: stand for the matching documents (the estimate's error is then within ~7%).
@@ -543,12 +538,11 @@ class IdRangePartitioner:
         max_parallel: int,
         settings: PartitionSettings,
         count_cap: int = 1_000_000,
-        estimate_above: int = ESTIMATE_ABOVE,
         shard_concurrency: int | None = None,
     ) -> Plan:
         """Split the documents ``match`` selects into partitions for one pass.
 
-        Counts them, exactly up to ``estimate_above``. Past that, a count and a
+        Counts them, exactly up to ``settings.estimate_above``. Past that, a count and a
         sample of the matches would read every one of them, so planning draws a
         random sample of the whole collection instead
         (:func:`random_sample_pipeline`): the estimate is the collection's size
@@ -568,10 +562,10 @@ class IdRangePartitioner:
 
         :param hint: the version index, used by the count and the sample of matches.
         :param shard_concurrency: ignored (shard-aware partitioners use it).
-        :raises ConfigInvalidError: on a ``count_cap`` or ``estimate_above`` below 1.
+        :raises ConfigInvalidError: on a ``count_cap`` below 1.
         """
         _check_positive(count_cap, "count_cap")
-        _check_positive(estimate_above, "estimate_above")
+        estimate_above = settings.estimate_above
         budget_ms = settings.sample_timeout_ms
         exact_cap = min(count_cap, estimate_above + 1)
         counted = self._count(collection, match, hint, exact_cap, budget_ms)

@@ -135,11 +135,15 @@ class PartitionSettings:
     :param sample_size: ``_id``s sampled to pick split points (1-100000, default 1000).
     :param sample_timeout_ms: the sample's time budget; past it the plan is
         marked degraded and uses fewer, larger ranges (100-600000, default 5000).
+    :param estimate_above: matching documents counted exactly; past this many a
+        pass's size is estimated from a random sample of the collection, so
+        planning stops growing with it (1-1000000000, default 100000).
     """
 
     max_partitions: int = 16
     sample_size: int = 1_000
     sample_timeout_ms: int = 5_000
+    estimate_above: int = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -544,6 +548,7 @@ _PARTITION_KEYS: Final[Mapping[str, _Key]] = {
     "max_partitions": _Key(_integer(1, 10_000)),
     "sample_size": _Key(_integer(1, 100_000), 1_000),
     "sample_timeout_ms": _Key(_integer(100, 600_000), 5_000),
+    "estimate_above": _Key(_integer(1, 1_000_000_000), 100_000),
 }
 _THROTTLE_KEYS: Final[Mapping[str, _Key]] = {
     "pause_ms": _Key(_integer(0, 3_600_000), 0),

@@ -225,16 +225,19 @@ def test_status_view_shape(kit: Migronaut, db: Database[dict[str, Any]], migrati
 def test_a_large_pass_is_planned_from_an_estimate(
     kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
 ) -> None:
-    """Past 100,000 matching documents planning samples the collection instead of
-    counting every match; status says the estimate is approximate."""
-    seed_users(db, 120_000)
-    write_background(migrations, batch_size=500, max_parallel=4)
+    """Past ``partitions.estimate_above`` matching documents (100,000 unless the file
+    says otherwise) planning samples the collection instead of counting every
+    match; status says the estimate is approximate."""
+    seed_users(db, 40_000)
+    write_background(
+        migrations, batch_size=500, max_parallel=4, extra='"partitions": {"estimate_above": 5000},'
+    )
     kit.up()
     assert kit.coordinate_background(SPLIT_NAME).next == "process"
     view = kit.background_status(SPLIT_NAME)
     # Every document matches, so the sampled share is 1 and the estimate the size.
     assert view["progress"] == {
-        "estimate": 120_000,
+        "estimate": 40_000,
         "at_least": False,
         "approximate": True,
         "done": 0,

@@ -10,6 +10,7 @@ timed-out sample — and that a batch is one ordered scan of the version index.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import logging
 import random
@@ -231,13 +232,14 @@ def test_a_large_pass_is_estimated_from_a_random_sample(db: Database[Doc]) -> No
     ids = _object_ids(40_000)
     _insert(items, ids)
     items.create_index(VERSION_INDEX)
-    plan = _plan(items, hint=VERSION_INDEX, estimate_above=5_000)
+    settings = dataclasses.replace(SETTINGS, estimate_above=5_000)
+    plan = _plan(items, hint=VERSION_INDEX, settings=settings)
     assert (plan.method, plan.estimate, plan.at_least) == ("sample", 40_000, False)
     assert plan.approximate
     assert len(plan.partitions) == SETTINGS.max_partitions + 1  # the ranges and the rest
     _assert_exactly_once(_scan(items, plan, hint=VERSION_INDEX), ids)
 
-    single = _plan(items, hint=VERSION_INDEX, estimate_above=5_000, max_parallel=1)
+    single = _plan(items, hint=VERSION_INDEX, settings=settings, max_parallel=1)
     assert (single.method, single.estimate, single.approximate) == ("single", 40_000, True)
 
 
@@ -249,7 +251,8 @@ def test_a_large_pass_over_a_small_share_is_counted(db: Database[Doc]) -> None:
     _insert(items, newer, version=2)
     _insert(items, current, version=1)
     items.create_index(VERSION_INDEX)
-    plan = _plan(items, hint=VERSION_INDEX, estimate_above=2_000)
+    settings = dataclasses.replace(SETTINGS, estimate_above=2_000)
+    plan = _plan(items, hint=VERSION_INDEX, settings=settings)
     assert (plan.method, plan.estimate, plan.at_least, plan.approximate) == (
         "sample",
         4_000,

@@ -267,6 +267,8 @@ BAD_VALUES: list[tuple[str, Any]] = [
     ("partitions.sample_size", {"sample_size": 100_001}),
     ("partitions.sample_timeout_ms", {"sample_timeout_ms": 99}),
     ("partitions.sample_timeout_ms", {"sample_timeout_ms": 600_001}),
+    ("partitions.estimate_above", {"estimate_above": 0}),
+    ("partitions.estimate_above", {"estimate_above": 10**9 + 1}),
     ("partitions.split", {"split": 1}),
     ("adaptive", "on"),
     ("adaptive", 0.5),
