@@ -559,15 +559,27 @@ def errors_of(errors: Sequence[DocError]) -> tuple[list[Any], list[Document]]:
 
 
 def plain_batch(
-    job: Job, ctx: PartitionContext, cursor: Mapping[str, Any], batch_size: int
+    job: Job,
+    ctx: PartitionContext,
+    cursor: Mapping[str, Any],
+    batch_size: int,
+    *,
+    settle: bool = False,
 ) -> tuple[BatchResult, dict[str, Any] | None, dict[str, int]]:
-    """One batch without a transaction: read, transform, write, fenced checkpoint."""
+    """One batch without a transaction: read, transform, write, fenced checkpoint.
+
+    With ``settle``, the batch is the first after a dead lane's: it reads at least
+    as many documents as that lane noted, and settles the note once it has read.
+    """
     collection = ctx.db[job.collection]
+    limit = max(batch_size, len(noted_ids(ctx))) if settle else batch_size
     query = job.partitioner.batch_query(
-        ctx.partition["scope"], cursor, limit=batch_size, match=job.match, hint=job.hint
+        ctx.partition["scope"], cursor, limit=limit, match=job.match, hint=job.hint
     )
     docs = find(collection, query)
-    if docs:
+    if settle:
+        settle_dead_lane_batch(job, ctx, read=docs)
+    elif docs:
         ctx.store.record_intent(ctx.lease, [doc["_id"] for doc in docs])
     transform_ctx = ctx.transform_context(job)
     started = time.monotonic()
@@ -580,7 +592,7 @@ def plain_batch(
     bad_ids, doc_errors = errors_of(result.errors)
     # Read and not rewritten: a draining partition steps over them.
     left = [*result.left, *bad_ids]
-    next_cursor = job.partitioner.advance(cursor, docs, limit=batch_size, left=left)
+    next_cursor = job.partitioner.advance(cursor, docs, limit=limit, left=left)
     counters = result.counters(len(docs))
     ctx.store.checkpoint(
         ctx.lease,
@@ -598,19 +610,31 @@ def _elapsed_ms(started: float) -> float:
     return (time.monotonic() - started) * 1000
 
 
-def settle_dead_lane_batch(job: Job, ctx: PartitionContext) -> None:
-    """Count the documents a lane that died mid-batch rewrote before its checkpoint.
+def noted_ids(ctx: PartitionContext) -> list[Any]:
+    """The ids a dead lane noted on the partition before writing them, if any."""
+    return list((ctx.partition.get("inflight") or {}).get("ids") or [])
 
-    Its cursor did not move, so the rest of that batch is read again now; the ones
-    already at the target version would be skipped by the version filter and never
-    counted without this.
+
+def settle_dead_lane_batch(job: Job, ctx: PartitionContext, read: Sequence[Document]) -> None:
+    """Count the noted documents a dead lane rewrote before its checkpoint; note ``read``.
+
+    The dead lane's cursor did not move, so its batch is read again from there
+    (``read``, at least as many documents as it noted). What that read left out
+    and is at the target version was rewritten by the dead lane, and the version
+    filter would hide it from every later read: it is counted here, after the
+    read, so a late write by a lane that only stalled is counted either here (it
+    landed before the read) or by this lane's own write of ``read``, which finds
+    the document one revision on (it landed after) — never by both, never by
+    neither. ``read`` becomes the note in the same write, as its intent.
     """
-    ids = list((ctx.partition.get("inflight") or {}).get("ids") or [])
+    ids = noted_ids(ctx)
+    read_keys = {canonical_id_key(doc["_id"]) for doc in read}
+    unread = [i for i in ids if canonical_id_key(i) not in read_keys]
     rewritten = 0
-    if ids:
+    if unread:
         version = version_filter(job.spec.field, job.target)
-        rewritten = ctx.db[job.collection].count_documents({"_id": {"$in": ids}, **version})
-    ctx.store.settle_inflight(ctx.lease, migrated=rewritten)
+        rewritten = ctx.db[job.collection].count_documents({"_id": {"$in": unread}, **version})
+    ctx.store.settle_inflight(ctx.lease, migrated=rewritten, intent=[doc["_id"] for doc in read])
     job.log.info("%s: settled a batch left by a dead lane (%d rewritten)", job.name, rewritten)
 
 

@@ -36,8 +36,10 @@ from migronaut_core.background.engine import (
     control_outcome,
     errors_of,
     finish_batch,
+    noted_ids,
     over_error_budget,
     prepare_round,
+    settle_dead_lane_batch,
     write_round,
 )
 from migronaut_core.background.partition import find
@@ -64,9 +66,18 @@ def reads_ahead(job: Job) -> bool:
 
 
 def work_reading_ahead(
-    job: Job, ctx: PartitionContext, store: BackgroundStore, cursor: Mapping[str, Any]
+    job: Job,
+    ctx: PartitionContext,
+    store: BackgroundStore,
+    cursor: Mapping[str, Any],
+    *,
+    settle: bool = False,
 ) -> PartitionResult:
-    """Work one partition from ``cursor``, the same outcomes as ``process_partition``."""
+    """Work one partition from ``cursor``, the same outcomes as ``process_partition``.
+
+    With ``settle``, the first batch reads at least as many documents as a dead
+    lane noted and settles that note once read (:func:`settle_dead_lane_batch`).
+    """
     counters: dict[str, int] = {}
     collection = ctx.db[job.collection]
     transform_ctx = ctx.transform_context(job)
@@ -75,8 +86,11 @@ def work_reading_ahead(
     stop = _stop_reason(job, ctx, first=True) or _wait_for_throttle(job, ctx)
     if stop is not None:
         return PartitionResult(stop, counters)
-    batch = _read(job, ctx, collection, transform_ctx, dict(cursor))
-    if batch.docs:
+    at_least = len(noted_ids(ctx)) if settle else 0
+    batch = _read(job, ctx, collection, transform_ctx, dict(cursor), at_least=at_least)
+    if settle:
+        settle_dead_lane_batch(job, ctx, read=batch.docs)
+    elif batch.docs:
         store.record_intent(ctx.lease, batch.ids)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="migronaut-write") as writer:
         while True:
@@ -140,8 +154,10 @@ def _read(
     collection: Collection[Document],
     transform_ctx: TransformContext,
     cursor: dict[str, Any],
+    *,
+    at_least: int = 0,
 ) -> _Batch:
-    limit = ctx.throttle.next_batch_size()
+    limit = max(ctx.throttle.next_batch_size(), at_least)
     query = job.partitioner.batch_query(
         ctx.partition["scope"], cursor, limit=limit, match=job.match, hint=job.hint
     )

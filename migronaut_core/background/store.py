@@ -694,9 +694,12 @@ class BackgroundStore:
         if result.matched_count != 1:
             raise _lost(lease)
 
-    def settle_inflight(self, lease: Lease, *, migrated: int) -> None:
-        """Count what a dead lane's last batch rewrote, and forget that batch."""
+    def settle_inflight(self, lease: Lease, *, migrated: int, intent: Sequence[Any] = ()) -> None:
+        """Count what a dead lane's last batch rewrote, and note the batch about to be
+        written in its place (``intent``), or forget the note."""
         update: Document = {"$unset": {"inflight": ""}}
+        if intent:
+            update = {"$set": {"inflight": {"ids": list(intent)}}}
         if migrated:
             update["$inc"] = {"counters.migrated": migrated, "counters.scanned": migrated}
         result = self.partitions.update_one(self._fenced(lease), update)

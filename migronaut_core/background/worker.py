@@ -18,6 +18,7 @@ from migronaut_core.background.engine import (
     PartitionResult,
     add_counters,
     control_outcome,
+    noted_ids,
     over_error_budget,
     plain_batch,
     settle_dead_lane_batch,
@@ -44,10 +45,13 @@ def process_partition(job: Job, ctx: PartitionContext, store: BackgroundStore) -
     cursor: dict[str, Any] = dict(ctx.partition.get("cursor") or {})
     plan_token = ctx.partition["plan"]
     sizing = TransactionSizing(job.spec.batch_size)
-    if ctx.partition.get("inflight"):
-        settle_dead_lane_batch(job, ctx)
+    # A dead lane's note is settled by the first plain batch, once it has read.
+    settle = bool(noted_ids(ctx))
+    if settle and not _plain(job):
+        settle_dead_lane_batch(job, ctx, read=())
+        settle = False
     if reads_ahead(job):
-        return work_reading_ahead(job, ctx, store, cursor)
+        return work_reading_ahead(job, ctx, store, cursor, settle=settle)
     batches = 0
     while True:
         if job.cancel.cancelled:
@@ -63,9 +67,10 @@ def process_partition(job: Job, ctx: PartitionContext, store: BackgroundStore) -
             return PartitionResult("stopped", counters)
         started = time.monotonic()
         try:
-            result, next_cursor, batch_counters = _one_batch(job, ctx, cursor, sizing)
+            result, next_cursor, batch_counters = _one_batch(job, ctx, cursor, sizing, settle)
         except BatchStoppedError:
             return PartitionResult("stopped", counters)
+        settle = False
         add_counters(counters, batch_counters)
         batches += 1
         if ctx.on_batch is not None:
@@ -80,8 +85,16 @@ def process_partition(job: Job, ctx: PartitionContext, store: BackgroundStore) -
         cursor = next_cursor
 
 
+def _plain(job: Job) -> bool:
+    return job.spec.mode != "step" and job.spec.transaction is None
+
+
 def _one_batch(
-    job: Job, ctx: PartitionContext, cursor: dict[str, Any], sizing: TransactionSizing
+    job: Job,
+    ctx: PartitionContext,
+    cursor: dict[str, Any],
+    sizing: TransactionSizing,
+    settle: bool,
 ) -> tuple[BatchResult | None, dict[str, Any] | None, dict[str, int]]:
     if job.spec.mode == "step":
         next_cursor, counters = run_step(job, ctx, cursor)
@@ -89,4 +102,4 @@ def _one_batch(
     batch_size = ctx.throttle.next_batch_size()
     if job.spec.transaction is not None:
         return transactional_batch(job, ctx, cursor, batch_size, sizing)
-    return plain_batch(job, ctx, cursor, batch_size)
+    return plain_batch(job, ctx, cursor, batch_size, settle=settle)

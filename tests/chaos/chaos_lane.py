@@ -18,6 +18,9 @@ Environment (all optional):
   (SIGSTOP) just before sending its N-th checkpoint of a written batch, so a
   test can freeze a lane exactly where a takeover is most dangerous: the batch
   is on the server, its counters are not.
+- ``MIGRONAUT_CHAOS_DIE_AFTER_CHECKPOINT=N``: the process kills itself
+  (SIGKILL) as soon as its N-th checkpoint of a written batch is accepted: that
+  checkpoint noted the next batch's ids, none of which the lane wrote.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from migronaut_core.errors import LeaseLost
 FENCE_LOG_ENV = "MIGRONAUT_CHAOS_FENCE_LOG"
 CHECKPOINT_PAUSE_ENV = "MIGRONAUT_CHAOS_CHECKPOINT_PAUSE"
 FREEZE_AT_CHECKPOINT_ENV = "MIGRONAUT_CHAOS_FREEZE_AT_CHECKPOINT"
+DIE_AFTER_CHECKPOINT_ENV = "MIGRONAUT_CHAOS_DIE_AFTER_CHECKPOINT"
 #: Store methods that are filtered on the lease token, and so refuse a stale lane.
 FENCED_METHODS = ("record_intent", "checkpoint", "settle_inflight", "renew", "release")
 
@@ -73,23 +77,29 @@ def _describe(method: str, lease: Lease, kwargs: dict[str, Any]) -> dict[str, An
 
 
 class BatchCheckpoints:
-    """What happens before each checkpoint of a written batch: a pause, one self-freeze."""
+    """Around each checkpoint of a written batch: a pause, one self-freeze, one death."""
 
-    def __init__(self, pause: float, freeze_at: int) -> None:
+    def __init__(self, pause: float, freeze_at: int, die_after: int) -> None:
         self._pause = pause
         self._freeze_at = freeze_at
+        self._die_after = die_after
         self._numbers = itertools.count(1)
         self._lock = threading.Lock()
+        self._local = threading.local()
 
     def before(self) -> None:
         if self._pause:
             time.sleep(self._pause)
         with self._lock:
-            number = next(self._numbers)
-        if number == self._freeze_at:
+            self._local.number = next(self._numbers)
+        if self._local.number == self._freeze_at:
             # Aimed at this thread, the stop takes it before the call returns; aimed at
             # the process, this thread could run on and send the checkpoint first.
             signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+
+    def after(self) -> None:
+        if self._local.number == self._die_after:
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _instrumented(
@@ -110,6 +120,8 @@ def _instrumented(
             raise
         if log is not None:
             log.write({**entry, "ok": answer is not False})
+        if method == "checkpoint" and kwargs.get("counters"):
+            batches.after()
         return answer
 
     return fenced
@@ -128,6 +140,7 @@ def main(argv: list[str]) -> int:
     batches = BatchCheckpoints(
         pause=float(os.environ.get(CHECKPOINT_PAUSE_ENV) or 0),
         freeze_at=int(os.environ.get(FREEZE_AT_CHECKPOINT_ENV) or 0),
+        die_after=int(os.environ.get(DIE_AFTER_CHECKPOINT_ENV) or 0),
     )
     instrument(os.environ.get(FENCE_LOG_ENV), batches)
     with Migronaut(

@@ -27,6 +27,7 @@ from pymongo.database import Database
 from migronaut_core import Migronaut
 from tests.chaos.chaos_lane import (
     CHECKPOINT_PAUSE_ENV,
+    DIE_AFTER_CHECKPOINT_ENV,
     FENCE_LOG_ENV,
     FREEZE_AT_CHECKPOINT_ENV,
 )
@@ -137,8 +138,8 @@ class LaneFleet:
     checkpoint_pause: float = 0.0
     lanes: list[Lane] = field(default_factory=list)
 
-    def spawn(self, *, freeze_at_checkpoint: int = 0) -> Lane:
-        """Start a lane; with ``freeze_at_checkpoint`` it stops itself before that checkpoint."""
+    def spawn(self, *, freeze_at_checkpoint: int = 0, die_after_checkpoint: int = 0) -> Lane:
+        """Start a lane; it stops itself before, or dies after, that batch checkpoint."""
         index = len(self.lanes)
         output = self.workdir / f"lane-{index}.out"
         fence_log = self.workdir / f"lane-{index}.fence.jsonl"
@@ -147,6 +148,7 @@ class LaneFleet:
             FENCE_LOG_ENV: str(fence_log),
             CHECKPOINT_PAUSE_ENV: str(self.checkpoint_pause),
             FREEZE_AT_CHECKPOINT_ENV: str(freeze_at_checkpoint),
+            DIE_AFTER_CHECKPOINT_ENV: str(die_after_checkpoint),
         }
         with output.open("wb") as sink:
             process = subprocess.Popen(

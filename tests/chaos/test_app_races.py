@@ -7,6 +7,7 @@ whatever the engine's internals look like.
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,9 @@ from migronaut_core import Migronaut
 from tests.chaos.support import (
     NAME,
     TTL_SECONDS,
+    LaneFleet,
     assert_each_document_migrated_once,
+    register,
     seed,
     write_migration,
 )
@@ -36,16 +39,13 @@ def app_update(users: Collection[dict[str, Any]], doc_id: int, first: str) -> No
     assert written.modified_count == 1
 
 
-def migrate_ten_in_one_batch(
+def run_watched(
     mongo_uri: str,
     db: Database[dict[str, Any]],
-    tmp_path: Path,
+    migrations: Path,
     listener: monitoring.CommandListener,
 ) -> dict[str, Any]:
-    """Migrate 10 seeded documents in one batch with ``listener`` on the migration's client."""
-    migrations = tmp_path / "migrations"
-    seed(db, 10)
-    write_migration(migrations, batch_size=10, max_parallel=1, doc_seconds=0)
+    """Register the migration (if not yet) and run it with ``listener`` on its client."""
     client: MongoClient[dict[str, Any]] = MongoClient(
         mongo_uri, tz_aware=True, event_listeners=[listener]
     )
@@ -63,6 +63,19 @@ def migrate_ten_in_one_batch(
         kit.close()
         client.close()
     return view
+
+
+def migrate_ten_in_one_batch(
+    mongo_uri: str,
+    db: Database[dict[str, Any]],
+    tmp_path: Path,
+    listener: monitoring.CommandListener,
+) -> dict[str, Any]:
+    """Migrate 10 seeded documents in one batch with ``listener`` on the migration's client."""
+    migrations = tmp_path / "migrations"
+    seed(db, 10)
+    write_migration(migrations, batch_size=10, max_parallel=1, doc_seconds=0)
+    return run_watched(mongo_uri, db, migrations, listener)
 
 
 class AroundFirstBatch(monitoring.CommandListener):
@@ -150,3 +163,80 @@ def test_a_stalled_lanes_late_writes_are_counted_once(
     assert listener.landed == 5  # the batch's own update then applied to 5 documents only
     assert_each_document_migrated_once(db, view, 10)
     assert view["totals"].get("skipped", 0) == 0
+
+
+def migrate_as_the_lane_would(users: Collection[dict[str, Any]], doc_id: int) -> int:
+    """The migration's write of one document, as a stalled lane sends it: guarded by
+    version and revision, the transformed shape stamped one revision on."""
+    doc = users.find_one({"_id": doc_id})
+    assert doc is not None
+    first, _, last = doc["name"].partition(" ")
+    rewritten = {"_id": doc_id, "first": first, "last": last, "migrated_times": 1}
+    stamped = {**rewritten, "_v": 2, "rev": doc["rev"] + 1}
+    return users.replace_one({"_id": doc_id, "_v": 1, "rev": doc["rev"]}, stamped).modified_count
+
+
+class StalledLaneWritesAroundRead(monitoring.CommandListener):
+    """Lands a stalled lane's writes of noted documents just before, or just after, the
+    next holder's first read of the collection."""
+
+    def __init__(self, users: Collection[dict[str, Any]], late: list[int], when: str) -> None:
+        self.users = users
+        self.late = late
+        self.when = when
+        self.landed = 0
+        self._first: int | None = None
+
+    def _land(self) -> None:
+        self.landed = sum(migrate_as_the_lane_would(self.users, doc_id) for doc_id in self.late)
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        reads_users = event.command_name == "find" and event.command.get("find") == "users"
+        if reads_users and self._first is None:
+            self._first = event.request_id
+            if self.when == "before":
+                self._land()
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        if event.request_id == self._first and self.when == "after":
+            self._land()
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_stalled_lanes_writes_around_the_next_holders_read_are_counted_once(
+    mongo_uri: str,
+    mongo_client: MongoClient[dict[str, Any]],
+    db: Database[dict[str, Any]],
+    tmp_path: Path,
+    when: str,
+) -> None:
+    """Lane V dies right after the checkpoint that noted its next batch (ids 10-19);
+    then, as if V had only stalled, half of that batch's writes land just before (or
+    after) the next holder's first read. Before the read, the read no longer returns
+    them and only the settle can count them; after it, only the holder's own write
+    can (it finds them one revision on). Either way they are counted once.
+    """
+    migrations = tmp_path / "migrations"
+    seed(db, 30)
+    write_migration(migrations, batch_size=10, max_parallel=1, doc_seconds=0)
+    register(mongo_uri, db.name, migrations)
+    fleet = LaneFleet(mongo_uri, db.name, migrations, tmp_path)
+    try:
+        dead = fleet.spawn(die_after_checkpoint=1)
+        assert dead.process.wait(timeout=60) == -signal.SIGKILL, fleet.outputs()
+    finally:
+        fleet.close()
+    partition = db.migronaut_background_partitions.find_one({"inflight": {"$exists": True}})
+    assert partition is not None
+    noted = partition["inflight"]["ids"]
+    assert noted == list(range(10, 20))
+    assert db.users.count_documents({"_v": 2}) == 10  # the dead lane's first batch, no more
+
+    listener = StalledLaneWritesAroundRead(mongo_client[db.name].users, noted[:5], when)
+    view = run_watched(mongo_uri, db, migrations, listener)
+    assert listener.landed == 5
+    assert_each_document_migrated_once(db, view, 30)

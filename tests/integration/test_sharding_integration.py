@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from bson import Int64, MaxKey, MinKey, ObjectId, Timestamp
 from bson.binary import Binary, UuidRepresentation
-from pymongo import MongoClient
+from pymongo import MongoClient, monitoring
 from pymongo.database import Database
 
 from migronaut_core import Migronaut
@@ -531,3 +531,66 @@ def test_recorded_facts_read_through_the_catalog(
     assert catalog.sharding_of("app.other") is None
     # On this replica set, a catalog that asks the topology says "not sharded".
     assert ShardCatalog(mongo_client).is_sharded() is False
+
+
+# ─── a dead lane's note on a shard-aware partition ────────────────────────────
+
+
+class LateWritesBeforeTheFirstRead(monitoring.CommandListener):
+    """Lands a stalled lane's writes of ``late`` just before the next lane's first read."""
+
+    def __init__(self, users: Any, late: list[int]) -> None:
+        self.users = users
+        self.late = late
+        self.landed = 0
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        first_read = event.command_name == "find" and event.command.get("find") == "users"
+        if first_read and not self.landed:
+            for n in self.late:
+                self.landed += self.users.update_one(
+                    {"_id": n, "_v": 1},
+                    {
+                        "$set": {"first": f"First{n}", "last": f"Last{n}", "_v": 2},
+                        "$unset": {"name": ""},
+                    },
+                ).modified_count
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+def test_a_dead_lanes_note_is_settled_after_the_shard_aware_read(
+    mongo_uri: str, db: Database[Doc], config_db: Database[Doc], migrations: Path
+) -> None:
+    """Shard-aware partitions are read one batch at a time (no read-ahead); their first
+    batch after a dead lane's settles its note once it has read. Half the noted batch
+    lands (as a lane that only stalled would send it) just before that read: the read
+    no longer returns those documents, and the settle, counted after it, does."""
+    seed_users(db, 600)
+    record_cluster(config_db, f"{db.name}.users", {"n": 1}, [], ["s0"])
+    write_background(migrations, batch_size=100, max_parallel=1)
+    listener = LateWritesBeforeTheFirstRead(db.users, list(range(50)))
+    client: MongoClient[Doc] = MongoClient(mongo_uri, tz_aware=True, event_listeners=[listener])
+    try:
+        with make_kit(mongo_uri, db, migrations, client=client, collections=VERSIONED) as kit:
+            as_cluster(kit, config_db)
+            kit.converge()
+            kit.up()
+            assert kit.coordinate_background(SPLIT_NAME).next == "process"
+            # What a lane that died after noting its first batch leaves behind.
+            noted = db.migronaut_background_partitions.update_many(
+                {"migration": SPLIT_NAME}, {"$set": {"inflight": {"ids": list(range(100))}}}
+            )
+            assert noted.modified_count == 1
+            view = kit.run_background(SPLIT_NAME)
+    finally:
+        client.close()
+    assert listener.landed == 50
+    assert view["status"] == "completed"
+    assert view["totals"]["migrated"] == 600, view["totals"]
+    assert view["totals"]["scanned"] == 600, view["totals"]
+    assert_all_split(db, 600)
