@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pymongo.database import Database
 
@@ -31,6 +31,9 @@ from tests.chaos.chaos_lane import (
     FENCE_LOG_ENV,
     FREEZE_AT_CHECKPOINT_ENV,
 )
+
+if TYPE_CHECKING:
+    from tests.chaos.app_writer import AppWriter
 
 NAME = "20240101000000_split_names"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -298,3 +301,15 @@ def assert_each_document_migrated_once(
     accounted = sum(totals.get(key, 0) for key in ("migrated", "skipped", "conflicts", "failed"))
     assert totals.get("scanned") == accounted, totals
     assert view["failed_documents"] == 0, view["failed_document_samples"]
+
+
+def assert_nothing_lost(
+    db: Database[dict[str, Any]], uri: str, migrations: Path, app: AppWriter, seeded: int
+) -> dict[str, Any]:
+    """The end of every chaos scenario: each seeded and inserted document migrated
+    once, totals to match, every acknowledged application write kept. Returns the
+    migration's status."""
+    view = status_of(uri, db.name, migrations)
+    assert_each_document_migrated_once(db, view, seeded + len(app.inserted))
+    app.assert_no_write_lost(db, seeded)
+    return view

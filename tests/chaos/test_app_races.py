@@ -65,6 +65,19 @@ def run_watched(
     return view
 
 
+class BatchListener(monitoring.CommandListener):
+    """A command listener that does nothing unless a subclass says so."""
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        pass
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
 def migrate_ten_in_one_batch(
     mongo_uri: str,
     db: Database[dict[str, Any]],
@@ -78,7 +91,7 @@ def migrate_ten_in_one_batch(
     return run_watched(mongo_uri, db, migrations, listener)
 
 
-class AroundFirstBatch(monitoring.CommandListener):
+class AroundFirstBatch(BatchListener):
     """Writes like the application just before and just after the first batch's update."""
 
     def __init__(self, users: Collection[dict[str, Any]]) -> None:
@@ -96,9 +109,6 @@ class AroundFirstBatch(monitoring.CommandListener):
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
         if event.request_id == self._first:
             app_update(self.users, 1, "After")  # document 1 was just migrated by the batch
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
 
 
 @pytest.mark.slow
@@ -123,7 +133,7 @@ def test_a_write_just_after_the_batch_does_not_hide_a_migrated_document(
     assert db.users.find_one({"_id": 1}, {"first": 1})["first"] == "After"
 
 
-class StalledLaneWritesFirst(monitoring.CommandListener):
+class StalledLaneWritesFirst(BatchListener):
     """Lands half of the first batch's own updates just before it, as a stalled lane would.
 
     A lane frozen after noting a batch, whose lease another lane then took over,
@@ -143,12 +153,6 @@ class StalledLaneWritesFirst(monitoring.CommandListener):
                 late = list(event.command["updates"])[:5]
                 reply = self.db.command({"update": "users", "updates": late, "ordered": False})
                 self.landed = int(reply["nModified"])
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        pass
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
 
 
 @pytest.mark.slow
@@ -176,7 +180,7 @@ def migrate_as_the_lane_would(users: Collection[dict[str, Any]], doc_id: int) ->
     return users.replace_one({"_id": doc_id, "_v": 1, "rev": doc["rev"]}, stamped).modified_count
 
 
-class StalledLaneWritesAroundRead(monitoring.CommandListener):
+class StalledLaneWritesAroundRead(BatchListener):
     """Lands a stalled lane's writes of noted documents just before, or just after, the
     next holder's first read of the collection."""
 
@@ -200,9 +204,6 @@ class StalledLaneWritesAroundRead(monitoring.CommandListener):
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
         if event.request_id == self._first and self.when == "after":
             self._land()
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
 
 
 @pytest.mark.slow

@@ -21,14 +21,13 @@ from migronaut_core.devserver import LocalReplicaSet
 from tests.chaos.app_writer import AppWriter
 from tests.chaos.support import (
     LaneFleet,
-    assert_each_document_migrated_once,
+    assert_nothing_lost,
     drive_remaining,
     lanes_mid_batch,
     migrated_count,
     poll,
     register,
     seed,
-    status_of,
     write_migration,
 )
 
@@ -76,10 +75,7 @@ def test_lanes_ride_out_the_primary_being_killed(
     assert set(codes.values()) == {0}, fleet.outputs()
     assert app.acknowledged_between(0, killed_at) > 20
     reopened = drive_remaining(uri, DB_NAME, migrations)
-    view = status_of(uri, DB_NAME, migrations)
-    expected = TOTAL + len(app.inserted)
-    assert_each_document_migrated_once(db, view, expected)
-    app.assert_no_write_lost(db, TOTAL)
+    view = assert_nothing_lost(db, uri, migrations, app, TOTAL)
     retries = fleet.outputs().count("retrying")
     print(
         f"killed member {old_primary}, member {new_primary} primary after "

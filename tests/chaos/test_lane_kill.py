@@ -27,7 +27,7 @@ from tests.chaos.app_writer import AppWriter
 from tests.chaos.support import (
     Lane,
     LaneFleet,
-    assert_each_document_migrated_once,
+    assert_nothing_lost,
     drive_remaining,
     held_partition,
     poll,
@@ -35,7 +35,6 @@ from tests.chaos.support import (
     register,
     rewritten_in_flight,
     seed,
-    status_of,
     write_migration,
 )
 from tests.integration.background_support import SPLIT_NAME, make_kit, seed_users, write_background
@@ -182,10 +181,7 @@ def test_twenty_kills_over_one_migration_leave_each_document_migrated_once(
     left_behind = {(kill.partition, kill.batch): kill.rewritten for kill in mid_batch}
     assert settled == sum(left_behind.values())
     assert app.acknowledged_between(chaos_started, chaos_ended) > 200
-    expected = TOTAL + len(app.inserted)
-    view = status_of(mongo_uri, db.name, migrations)
-    assert_each_document_migrated_once(db, view, expected)
-    app.assert_no_write_lost(db, TOTAL)
+    view = assert_nothing_lost(db, mongo_uri, migrations, app, TOTAL)
     print(
         f"kills={len(kills)} mid_batch={len(mid_batch)} torn={len(torn)} settled={settled} "
         f"over {chaos_ended - chaos_started:.0f}s "

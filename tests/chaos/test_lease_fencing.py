@@ -31,7 +31,7 @@ from tests.chaos.support import (
     TTL_SECONDS,
     Lane,
     LaneFleet,
-    assert_each_document_migrated_once,
+    assert_nothing_lost,
     drive_remaining,
     migrated_count,
     owner_pattern,
@@ -39,7 +39,6 @@ from tests.chaos.support import (
     read_fence_logs,
     register,
     seed,
-    status_of,
     write_migration,
 )
 
@@ -134,10 +133,7 @@ def test_a_frozen_lane_past_its_ttl_cannot_checkpoint_after_a_takeover(
     assert settled[0]["migrated"] == would_double_count
 
     reopened = drive_remaining(mongo_uri, db.name, migrations)
-    expected = TOTAL + len(app.inserted)
-    view = status_of(mongo_uri, db.name, migrations)
-    assert_each_document_migrated_once(db, view, expected)
-    app.assert_no_write_lost(db, TOTAL)
+    view = assert_nothing_lost(db, mongo_uri, migrations, app, TOTAL)
     print(
         f"refused={[e['method'] for e in after_thaw]} would_double_count={would_double_count} "
         f"settled={settled[0]['migrated']} app_writes={app.acknowledged} "

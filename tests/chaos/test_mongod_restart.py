@@ -26,14 +26,13 @@ from migronaut_core.errors import ServerUnavailableError
 from tests.chaos.app_writer import AppWriter
 from tests.chaos.support import (
     LaneFleet,
-    assert_each_document_migrated_once,
+    assert_nothing_lost,
     drive_remaining,
     lanes_mid_batch,
     migrated_count,
     poll,
     register,
     seed,
-    status_of,
     write_migration,
 )
 
@@ -102,10 +101,7 @@ def test_lanes_survive_their_mongod_being_restarted(
     assert fleet.lanes[-1].process.returncode == 0, fleet.outputs()
     assert app.acknowledged_between(0, killed_at) > 20
     reopened = drive_remaining(uri, DB_NAME, migrations)
-    view = status_of(uri, DB_NAME, migrations)
-    expected = TOTAL + len(app.inserted)
-    assert_each_document_migrated_once(db, view, expected)
-    app.assert_no_write_lost(db, TOTAL)
+    view = assert_nothing_lost(db, uri, migrations, app, TOTAL)
     print(
         f"down {back_at - killed_at:.1f}s, progress again after {resumed_at - killed_at:.1f}s; "
         f"migrated before kill={before_kill} lane exits={codes} rerun={rerun} "
