@@ -25,7 +25,7 @@ from pymongo import MongoClient
 from pymongo.database import Database
 
 from bench import common
-from migronaut_core.background.partition import random_sample_pipeline, sample_pipeline
+from migronaut_core.background.planning.partition import random_sample_pipeline, sample_pipeline
 from migronaut_core.background.spec import PartitionSettings
 
 #: Where the planner stops counting by default.

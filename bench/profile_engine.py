@@ -27,7 +27,7 @@ from pymongo import MongoClient, monitoring
 from bench import common
 from bench.throughput import ceiling
 from migronaut_core import Migronaut
-from migronaut_core.background.driver import LANE_DONE
+from migronaut_core.background.lanes.driver import LANE_DONE
 
 
 class Commands(monitoring.CommandListener):

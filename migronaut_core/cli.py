@@ -40,10 +40,10 @@ from types import FrameType
 from typing import Any
 
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.control import ControlResult
+from migronaut_core.background.control.actions import ControlResult
 from migronaut_core.background.dry_run import StepDryRunReport
+from migronaut_core.background.indexes import ConvergeReport
 from migronaut_core.config import load_config
-from migronaut_core.converge import ConvergeReport
 from migronaut_core.errors import MigronautError, NotAppliedError, RunAbortedError
 from migronaut_core.kit import Migronaut
 from migronaut_core.runner import RunResult, StatusRow

@@ -5,7 +5,7 @@ field background migrations over it read and stamp, and optionally the
 application's revision field. Background migration specs on a declared
 collection take both from the definition (a spec that says otherwise is a
 :class:`~migronaut_core.errors.ConfigInvalidError`), and
-:func:`~migronaut_core.converge.converge` creates the version index they read
+:func:`~migronaut_core.background.indexes.converge` creates the version index they read
 through.
 
 Definitions come from the ``collections`` config key (inline) and from the

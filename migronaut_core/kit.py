@@ -20,16 +20,16 @@ from pymongo.errors import ConfigurationError, PyMongoError
 from migronaut_core import files
 from migronaut_core.background.audit import Finding
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.control import Action, ControlResult
+from migronaut_core.background.control.actions import Action, ControlResult
 from migronaut_core.background.coordinator import Answer, Driver
+from migronaut_core.background.drift.watch import Watcher
 from migronaut_core.background.dry_run import DryRunReport, StepDryRunReport
 from migronaut_core.background.events import Events, Listener
-from migronaut_core.background.lane import SliceResult
+from migronaut_core.background.indexes import ConvergeReport
+from migronaut_core.background.lanes.lane import SliceResult
 from migronaut_core.background.service import BackgroundService
-from migronaut_core.background.watch import Watcher
 from migronaut_core.changelog import Actor
 from migronaut_core.config import Config, load_config
-from migronaut_core.converge import ConvergeReport
 from migronaut_core.errors import ConfigInvalidError, ConnectionFailedError
 from migronaut_core.lock import LockInfo
 from migronaut_core.runner import (
@@ -202,7 +202,7 @@ class Migronaut:
         ``collections_dir``) that declares versioning.
 
         ``{field: 1, _id: 1}``, or on a sharded collection the variant carrying
-        the shard key (see :mod:`migronaut_core.converge`). Creates, never drops;
+        the shard key (see :mod:`migronaut_core.background.indexes`). Creates, never drops;
         idempotent.
 
         :returns: what was created and what existed, collection by collection.
@@ -386,7 +386,7 @@ class Migronaut:
         probe of a fresh start, or whose upgrade failed: ``reopen`` the
         migration or only ``report`` them.
 
-        :returns: a :class:`~migronaut_core.background.watch.Watcher` with
+        :returns: a :class:`~migronaut_core.background.drift.watch.Watcher` with
             ``running``, ``status()`` and ``stop()``; ``cancel`` stops it too.
         :raises ConfigInvalidError: a bad option, or a standalone server (no
             change streams: keep drift mode ``poll``).

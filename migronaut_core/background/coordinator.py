@@ -22,24 +22,23 @@ from typing import Any
 import pendulum
 
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.engine import Direction, Job
-from migronaut_core.background.partition import IdRangePartitioner, Partitioner, Plan
-from migronaut_core.background.runtime import Runtime
-from migronaut_core.background.scrub import error_text
-from migronaut_core.background.shard import (
-    UNKNOWN,
-    KeyedIdRangePartitioner,
-    ShardPartitioner,
-    sharded_version_index_key,
+from migronaut_core.background.engine.steps import STEP_SCOPE
+from migronaut_core.background.job import (
+    Job,
+    assert_transactions,
+    job_for,
+    plan_is_stale,
+    sharding_of,
 )
+from migronaut_core.background.lifecycle import fail_state, try_unblock
+from migronaut_core.background.planning.partition import Plan
+from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.spec import (
     TERMINAL,
-    BackgroundSpec,
     exclude_bad_ids,
     match_hash,
     match_of,
 )
-from migronaut_core.background.steps import STEP_SCOPE
 from migronaut_core.background.store import MAX_BAD_IDS, MAX_DOC_ERRORS, STATE_SCHEMA
 from migronaut_core.errors import (
     ChecksumMismatchError,
@@ -115,202 +114,6 @@ def _retry_soon(rt: Runtime, reason: str) -> Answer:
     return Answer("wait", reason=reason, retry_after_ms=max(1, rt.ttl_ms // 2))
 
 
-# -- jobs ------------------------------------------------------------------------------
-
-
-def version_index_key(spec: BackgroundSpec) -> list[tuple[str, int]]:
-    return [(spec.field, 1), ("_id", 1)]
-
-
-def same_index_key(live: Mapping[str, Any], wanted: Sequence[tuple[str, Any]]) -> bool:
-    """Whether an index's key pattern is ``wanted``: same fields, order and directions."""
-    have = list(live.items())
-    if len(have) != len(wanted):
-        return False
-    for (name, kind), (wanted_name, wanted_kind) in zip(have, wanted, strict=True):
-        if name != wanted_name or _direction(kind) != _direction(wanted_kind):
-            return False
-    return True
-
-
-def _direction(kind: Any) -> Any:
-    """An index key's direction, comparable across numeric types (``1``, ``1.0``, ``Int64(1)``)."""
-    if isinstance(kind, int | float) and not isinstance(kind, bool):
-        return float(kind)
-    return str(kind)
-
-
-def _has_index(rt: Runtime, collection: str, wanted: Sequence[tuple[str, Any]]) -> bool:
-    return any(same_index_key(key, wanted) for key in rt.index_keys(collection))
-
-
-def version_hint(rt: Runtime, spec: BackgroundSpec) -> list[tuple[str, int]] | None:
-    """The version index to hint, when the collection has it; warn once when it does not."""
-    assert spec.collection is not None
-    if _has_index(rt, spec.collection, version_index_key(spec)):
-        return version_index_key(spec)
-    rt.warn_once(
-        f"index:{spec.collection}",
-        "%s has no {%s: 1, _id: 1} index: background migrations over it scan the collection "
-        "(create it, or declare versioning and converge)",
-        spec.collection,
-        spec.field,
-    )
-    return None
-
-
-def probe_hint(rt: Runtime, spec: BackgroundSpec) -> list[tuple[str, Any]] | None:
-    """The index a drift probe (one equality on the version field) reads through.
-
-    The version index; else any index led by the version field ascending — on a
-    sharded collection, the version index that carries the shard key; else none
-    (warned once, as :func:`version_hint` does).
-    """
-    assert spec.collection is not None
-    if _has_index(rt, spec.collection, version_index_key(spec)):
-        return version_index_key(spec)
-    for key in rt.index_keys(spec.collection):
-        first = next(iter(key.items()), None)
-        if first is not None and first[0] == spec.field and _direction(first[1]) == 1.0:
-            return list(key.items())
-    return version_hint(rt, spec)
-
-
-@dataclass(frozen=True, slots=True)
-class Splitting:
-    """How a job splits and reads its collection.
-
-    :param partitioner: plans and reads the partitions.
-    :param hint: the index every read goes through (``None``: none to hint).
-    :param sharding: what status says: ``{"mode": "off"}``, ``{"mode":
-        "untargeted", "key"?}`` or ``{"mode": "shard", "key"}``.
-    """
-
-    partitioner: Partitioner
-    hint: Any | None
-    sharding: dict[str, Any]
-
-
-def partitioner_for(rt: Runtime, spec: BackgroundSpec, direction: Direction) -> Splitting:
-    """Choose how a background migration's collection is split.
-
-    Along the shard key (:class:`~migronaut_core.background.shard.ShardPartitioner`)
-    on a sharded collection whose key can be read and whose sharded version
-    index exists; by ``_id`` everywhere else — ``untargeted`` (said once per
-    process) when the collection is sharded but that is not possible, with
-    writes still carrying the shard key when it is known. Step migrations,
-    ``background_shard_aware = "off"`` and unsharded deployments split by
-    ``_id`` without asking anything of the cluster.
-    """
-    if spec.mode == "step":
-        return Splitting(IdRangePartitioner(), None, {"mode": "off"})
-    assert spec.collection is not None
-    if rt.shard_aware == "off" or not rt.shards.is_sharded():
-        return Splitting(IdRangePartitioner(), version_hint(rt, spec), {"mode": "off"})
-    facts = rt.shards.sharding_of(f"{rt.db.name}.{spec.collection}")
-    if facts is None:
-        return Splitting(IdRangePartitioner(), version_hint(rt, spec), {"mode": "off"})
-    if facts is UNKNOWN:
-        rt.warn_once(
-            f"shard-unknown:{spec.collection}",
-            "%s: its shard key cannot be read (config needs clusterMonitor); background "
-            "migrations over it are not shard-aware",
-            spec.collection,
-        )
-        return Splitting(IdRangePartitioner(), version_hint(rt, spec), {"mode": "untargeted"})
-    key = facts.key
-    untargeted = {"mode": "untargeted", "key": key.to_document()}
-    index = sharded_version_index_key(spec.field, key)
-    stamped = {spec.field, spec.revision_field}
-    if any(name in stamped for name in key.names):
-        rt.warn_once(
-            f"shard-stamp:{spec.collection}",
-            "%s: its shard key holds the version or revision field; background migrations "
-            "over it are not shard-aware",
-            spec.collection,
-        )
-        return Splitting(KeyedIdRangePartitioner(key), version_hint(rt, spec), untargeted)
-    if not _has_index(rt, spec.collection, index):
-        rt.warn_once(
-            f"shard-index:{spec.collection}",
-            "%s is sharded but has no %s index: background migrations over it are not "
-            "shard-aware (declare versioning and converge)",
-            spec.collection,
-            "{" + ", ".join(f"{name}: {kind!r}" for name, kind in index) + "}",
-        )
-        return Splitting(KeyedIdRangePartitioner(key), version_hint(rt, spec), untargeted)
-    partitioner = ShardPartitioner(
-        facts,
-        field=spec.field,
-        source=spec.source_version(direction),
-        chunks=lambda: rt.shards.chunks_of(facts),
-    )
-    return Splitting(partitioner, index, {"mode": "shard", "key": key.to_document()})
-
-
-def sharding_of(job: Job, plan: Plan) -> dict[str, Any] | None:
-    """What a plan records of its shard-awareness, for status (``None`` when off)."""
-    mode = job.sharding.get("mode")
-    if mode in (None, "off"):
-        return None
-    if mode == "untargeted":
-        return dict(job.sharding)
-    groups = {scope["group"] for scope in plan.partitions if "group" in scope}
-    return {"mode": plan.method, "key": job.sharding.get("key"), "groups": len(groups)}
-
-
-def plan_is_stale(job: Job, plan: Mapping[str, Any] | None) -> bool:
-    """Whether a committed plan cannot be worked by this job: made by another
-    partitioner (shard-awareness changed), or before a reshard."""
-    if plan is None or job.spec.mode == "step":
-        return False
-    made_by = plan.get("partitioner")
-    if made_by is not None and made_by != job.partitioner.id:
-        return True
-    return job.partitioner.stale(plan.get("epoch"))
-
-
-def job_for(
-    rt: Runtime, name: str, state: Mapping[str, Any], cancel: CancelToken | None = None
-) -> Job:
-    """The job a lane or coordinator works: the registered spec, the file's functions.
-
-    :raises ChecksumMismatchError: the file changed since it was registered (a
-        deploy in progress, or an edit that needs ``repin``).
-    """
-    loaded = rt.load(name, tolerant=True)
-    registered = state.get("checksum")
-    if registered is not None and loaded.checksum != registered:
-        raise ChecksumMismatchError(
-            f"background migration {name} changed on disk since it was registered; finish the "
-            "deploy, or pin the new version (migronaut background repin)",
-            {"migration": name},
-        )
-    spec = BackgroundSpec.from_document(state["spec"]) if state.get("spec") else loaded.spec
-    direction: Direction = "revert" if state.get("direction") == "revert" else "forward"
-    step_mode = spec.mode == "step"
-    match = (
-        {}
-        if step_mode
-        else exclude_bad_ids(match_of(spec, direction), list(state.get("bad_ids") or []))
-    )
-    splitting = partitioner_for(rt, spec, direction)
-    return Job(
-        name=name,
-        spec=spec,
-        fns=loaded.fns,
-        direction=direction,
-        match=match,
-        partitioner=splitting.partitioner,
-        hint=splitting.hint,
-        log=logging.getLogger(f"migronaut.background.{name}"),
-        generation=int(state.get("generation", 0)),
-        cancel=cancel or CancelToken(),
-        sharding=splitting.sharding,
-        guard="pipeline" if rt.supports_pipeline_guard() else "filter",
-    )
-
-
 # -- a step ----------------------------------------------------------------------------
 
 
@@ -381,7 +184,7 @@ def _coordinate_pass(
     try:
         assert_transactions(rt, name, job.spec)
     except TransactionsUnsupportedError as exc:
-        return fail_state(rt, state, exc.message)
+        return _failed(rt, state, exc.message)
     source_hash = match_hash(job.spec, job.direction)
     for _ in range(job.spec.max_passes + 2):
         if cancel.cancelled:
@@ -571,7 +374,7 @@ def finalize(rt: Runtime, job: Job, state: dict[str, Any]) -> Answer | dict[str,
     generation = int(state["generation"])
     state = _roll_up(rt, state)
     if int(state.get("failed_partitions") or 0) > 0:
-        return fail_state(
+        return _failed(
             rt,
             state,
             f"{state['failed_partitions']} partition(s) failed: {state.get('last_error')}",
@@ -579,7 +382,7 @@ def finalize(rt: Runtime, job: Job, state: dict[str, Any]) -> Answer | dict[str,
     if _remaining(rt, job, state) == 0:
         return _complete(rt, job, state, generation)
     if int(state.get("pass", 0)) >= job.spec.max_passes:
-        return fail_state(
+        return _failed(
             rt,
             state,
             f"old-shape documents keep appearing after {state.get('pass')} pass(es); is an old "
@@ -614,18 +417,8 @@ def _remaining(rt: Runtime, job: Job, state: dict[str, Any]) -> int:
     return rt.db[job.collection].count_documents(match, **count_options)
 
 
-def assert_transactions(rt: Runtime, name: str, spec: BackgroundSpec) -> None:
-    """A transactional migration needs a replica set or a mongos.
-
-    :raises TransactionsUnsupportedError: the server is standalone.
-    """
-    if spec.transaction is None or rt.supports_transactions():
-        return
-    raise TransactionsUnsupportedError(
-        f"background migration {name} asks for transactions, which need a replica set or a "
-        "sharded cluster; this server is standalone (run it with transaction: false)",
-        {"migration": name},
-    )
+def _failed(rt: Runtime, state: Mapping[str, Any], reason: str | BaseException) -> Answer:
+    return Answer("done", status="failed", error=fail_state(rt, state, reason))
 
 
 def _complete(rt: Runtime, job: Job, state: dict[str, Any], generation: int) -> Answer:
@@ -662,66 +455,3 @@ def _complete(rt: Runtime, job: Job, state: dict[str, Any], generation: int) -> 
             rt.on_completed(name)
     current = completed or rt.store.get(name) or {}
     return Answer("done", status=current.get("status"))
-
-
-def fail_state(rt: Runtime, state: Mapping[str, Any], reason: str | BaseException) -> Answer:
-    """Move a background migration to ``failed`` with a value-free reason."""
-    message = error_text(reason)
-    failed = rt.store.move(
-        state["_id"],
-        from_statuses=["running", "pending", "blocked"],
-        to="failed",
-        action="fail",
-        fields={"last_error": message, "failed_at": pendulum.now("UTC")},
-    )
-    if failed is not None:
-        rt.emit("background:failed", {"migration": state["_id"], "error": message})
-        log.error("background migration %s failed: %s", state["_id"], message)
-    return Answer("done", status="failed", error=message)
-
-
-# -- requires ----------------------------------------------------------------------------
-
-
-def requires_status(rt: Runtime, requires: Sequence[str]) -> list[dict[str, Any]]:
-    """Where each required background migration stands: ``{migration, status, done}``.
-
-    Done means completed in the forward direction; a completed revert is not done.
-    """
-    if not requires:
-        return []
-    states = rt.store.get_many(requires)
-    rows = []
-    for name in requires:
-        state = states.get(name)
-        if state is None:
-            rows.append({"migration": name, "status": "unregistered", "done": False})
-        elif state.get("direction") == "revert":
-            rows.append({"migration": name, "status": "reverted", "done": False})
-        else:
-            status = state["status"]
-            rows.append({"migration": name, "status": status, "done": status == "completed"})
-    return rows
-
-
-def waiting_for(rt: Runtime, requires: Sequence[str]) -> list[str]:
-    return [row["migration"] for row in requires_status(rt, requires) if not row["done"]]
-
-
-def try_unblock(rt: Runtime, state: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Move a blocked migration whose requirements are all done to ``pending``."""
-    waits = waiting_for(rt, list(state.get("requires") or []))
-    if waits:
-        if waits != list(state.get("waits_for") or []):
-            rt.store.set(state["_id"], {"waits_for": waits})
-        return None
-    unblocked = rt.store.move(
-        state["_id"],
-        from_statuses=["blocked"],
-        to="pending",
-        action="unblock",
-        fields={"waits_for": []},
-    )
-    if unblocked is not None:
-        rt.emit("background:unblocked", {"migration": state["_id"]})
-    return unblocked

@@ -8,7 +8,7 @@ document would fail (``transform``, ``shape``, and with ``validate`` also
 ``write`` and ``conflict``).
 
 ``validate`` goes further: it sends the documents through the engine's real
-write path (:func:`~migronaut_core.background.engine.apply_batch`) inside a
+write path (:func:`~migronaut_core.background.engine.batch.apply_batch`) inside a
 snapshot transaction on the primary that is always aborted. Unique indexes and
 collection validators are then checked by the server itself. A write error
 aborts a MongoDB transaction on the spot, so a failed document is recorded and
@@ -43,17 +43,16 @@ from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.coordinator import partitioner_for
-from migronaut_core.background.engine import (
+from migronaut_core.background.engine.batch import (
     DocError,
     DocumentFailedError,
-    Job,
     TransformContext,
     apply_batch,
     transform_all,
 )
+from migronaut_core.background.engine.steps import StepContext, read_step_result
+from migronaut_core.background.job import Job, partitioner_for
 from migronaut_core.background.runtime import LoadedBackground, Runtime
-from migronaut_core.background.scrub import error_text
 from migronaut_core.background.spec import (
     BackgroundFunctions,
     BackgroundSpec,
@@ -61,7 +60,6 @@ from migronaut_core.background.spec import (
     exclude_bad_ids,
     match_of,
 )
-from migronaut_core.background.steps import StepContext, read_step_result
 from migronaut_core.background.views import json_safe
 from migronaut_core.errors import (
     BackgroundFailedError,
@@ -71,6 +69,7 @@ from migronaut_core.errors import (
     TransactionsUnsupportedError,
 )
 from migronaut_core.runner import supports_transactions
+from migronaut_core.scrub import error_text
 from migronaut_core.versioning import canonical_id_key, clone_document, stamped_diff, version_of
 
 __all__ = [

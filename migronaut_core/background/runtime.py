@@ -19,7 +19,7 @@ from pymongo.database import Database
 from pymongo.errors import PyMongoError
 
 from migronaut_core.background.events import Events
-from migronaut_core.background.shard import ShardCatalog
+from migronaut_core.background.planning.shard import ShardCatalog
 from migronaut_core.background.spec import BackgroundFunctions, BackgroundSpec
 from migronaut_core.background.store import BackgroundStore
 from migronaut_core.lock import MongoLock

@@ -19,31 +19,25 @@ from pymongo.database import Database
 
 from migronaut_core import files
 from migronaut_core.background import audit as audits
-from migronaut_core.background import control as controls
-from migronaut_core.background import drift
-from migronaut_core.background import watch as watching
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.coordinator import (
-    Answer,
-    Driver,
-    coordinate,
-    requires_status,
-    try_unblock,
-    waiting_for,
-)
-from migronaut_core.background.driver import drive
+from migronaut_core.background.control import actions as controls
+from migronaut_core.background.coordinator import Answer, Driver, coordinate
+from migronaut_core.background.drift import verify as drift
+from migronaut_core.background.drift import watch as watching
 from migronaut_core.background.dry_run import DryRunReport, StepDryRunReport
 from migronaut_core.background.dry_run import dry_run as preview
 from migronaut_core.background.events import Events
-from migronaut_core.background.lane import SliceResult, run_slice
+from migronaut_core.background.indexes import ConvergeReport
+from migronaut_core.background.indexes import converge as converge_collections
+from migronaut_core.background.lanes.driver import drive
+from migronaut_core.background.lanes.lane import SliceResult, run_slice
+from migronaut_core.background.lifecycle import requires_status, try_unblock, waiting_for
 from migronaut_core.background.runtime import LoadedBackground, Runtime
 from migronaut_core.background.spec import check_slice_ms, resolve_spec
 from migronaut_core.background.store import BackgroundStore
 from migronaut_core.background.views import history_view, partition_view, state_view
 from migronaut_core.changelog import Actor
 from migronaut_core.config import Config
-from migronaut_core.converge import ConvergeReport
-from migronaut_core.converge import converge as converge_collections
 from migronaut_core.definitions import CollectionDefinition, Versioning, load_definitions
 from migronaut_core.errors import (
     BackgroundPendingError,
@@ -164,7 +158,7 @@ class BackgroundService:
     def converge(self) -> ConvergeReport:
         """Create the version index of every declared collection; never drops one.
 
-        See :func:`migronaut_core.converge.converge`.
+        See :func:`migronaut_core.background.indexes.converge`.
         """
         report = converge_collections(self.runtime, self.definitions())
         for collection in report.collections:
@@ -375,7 +369,7 @@ class BackgroundService:
     def run_slice(
         self, name: str, *, slice_ms: int | None = None, cancel: CancelToken | None = None
     ) -> SliceResult:
-        """One slice of one lane (see :mod:`~migronaut_core.background.lane`)."""
+        """One slice of one lane (see :mod:`~migronaut_core.background.lanes.lane`)."""
         files.validate_name(name)
         if slice_ms is not None:
             check_slice_ms(slice_ms)

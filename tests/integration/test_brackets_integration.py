@@ -20,7 +20,7 @@ from bson.binary import Binary
 from pymongo.collection import Collection
 from pymongo.database import Database
 
-from migronaut_core.background.brackets import (
+from migronaut_core.background.planning.brackets import (
     BRACKETS,
     IdRange,
     bracket_of_type,

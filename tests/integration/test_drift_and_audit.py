@@ -17,7 +17,7 @@ import pytest
 from pymongo.database import Database
 
 from migronaut_core import Migronaut
-from migronaut_core.background.drift import probe_query
+from migronaut_core.background.drift.verify import probe_query
 from migronaut_core.background.spec import BackgroundSpec
 from migronaut_core.cli import main
 from migronaut_core.errors import ConfigInvalidError

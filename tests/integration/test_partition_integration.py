@@ -27,7 +27,7 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 from pymongo.errors import OperationFailure
 
-from migronaut_core.background.partition import (
+from migronaut_core.background.planning.partition import (
     IdRangePartitioner,
     PartitionSettings,
     Plan,

@@ -30,9 +30,10 @@ from pymongo import MongoClient, monitoring
 from pymongo.database import Database
 
 from migronaut_core import Migronaut
-from migronaut_core.background.coordinator import job_for, probe_hint
-from migronaut_core.background.partition import find
-from migronaut_core.background.shard import UNKNOWN, ShardCatalog, Sharding
+from migronaut_core.background.indexes import probe_hint
+from migronaut_core.background.job import job_for
+from migronaut_core.background.planning.partition import find
+from migronaut_core.background.planning.shard import UNKNOWN, ShardCatalog, Sharding
 from migronaut_core.errors import ConfigInvalidError
 from tests.integration.background_support import SPLIT_NAME, make_kit, seed_users, write_background
 

@@ -13,17 +13,9 @@ import pytest
 from pymongo import MongoClient, UpdateOne
 from pymongo.database import Database
 
-from migronaut_core.background import throttle as throttle_module
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.engine import Job
-from migronaut_core.background.partition import IdRangePartitioner
-from migronaut_core.background.spec import (
-    AdaptiveSettings,
-    BackgroundFunctions,
-    BackgroundSpec,
-    ThrottleSettings,
-)
-from migronaut_core.background.throttle import (
+from migronaut_core.background.engine import throttle as throttle_module
+from migronaut_core.background.engine.throttle import (
     AdaptiveController,
     LagProbe,
     Throttle,
@@ -31,6 +23,14 @@ from migronaut_core.background.throttle import (
     adaptive_for,
     forget_adaptive,
     lag_probe_for,
+)
+from migronaut_core.background.job import Job
+from migronaut_core.background.planning.partition import IdRangePartitioner
+from migronaut_core.background.spec import (
+    AdaptiveSettings,
+    BackgroundFunctions,
+    BackgroundSpec,
+    ThrottleSettings,
 )
 
 Client = MongoClient[dict[str, Any]]

@@ -9,7 +9,7 @@ from typing import Any
 from pymongo import MongoClient
 from pymongo.database import Database
 
-from migronaut_core.background.throttle import forget_adaptive
+from migronaut_core.background.engine.throttle import forget_adaptive
 from tests.integration.background_support import SPLIT_NAME, make_kit, seed_users, write_background
 from tests.integration.test_transactional_and_steps import fail_point
 

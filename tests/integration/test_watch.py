@@ -26,7 +26,7 @@ from pymongo.database import Database
 
 from migronaut_core import Migronaut
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.watch import Watcher
+from migronaut_core.background.drift.watch import Watcher
 from migronaut_core.errors import ConfigInvalidError
 from tests.integration.background_support import (
     ADD_INITIALS,

@@ -15,7 +15,7 @@ import pytest
 from bson import Code, DBRef, Decimal128, Int64, MaxKey, MinKey, ObjectId, Regex, Timestamp
 from bson.binary import Binary
 
-from migronaut_core.background.brackets import (
+from migronaut_core.background.planning.brackets import (
     BRACKETS,
     IdRange,
     bracket_of,

@@ -12,8 +12,13 @@ import pytest
 from bson import Decimal128, Int64, MaxKey, MinKey, ObjectId
 from bson.binary import Binary
 
-from migronaut_core.background.brackets import BRACKETS, IdRange, keyset_filter, range_filter
-from migronaut_core.background.partition import (
+from migronaut_core.background.planning.brackets import (
+    BRACKETS,
+    IdRange,
+    keyset_filter,
+    range_filter,
+)
+from migronaut_core.background.planning.partition import (
     MIN_PARTITION_DOCS,
     BatchQuery,
     IdRangePartitioner,

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from bson import Decimal128, Int64, MaxKey, MinKey, Regex
 
-from migronaut_core.background.keyorder import compare_keys, key_sort
-from migronaut_core.background.partition import MIN_PARTITION_DOCS, Partitioner, Refusal
-from migronaut_core.background.shard import (
+from migronaut_core.background.planning.keyorder import compare_keys, key_sort
+from migronaut_core.background.planning.partition import MIN_PARTITION_DOCS, Partitioner, Refusal
+from migronaut_core.background.planning.shard import (
     JUMBO_WEIGHT,
     MAX_LEFT,
     SHARD_SCOPE_KIND,

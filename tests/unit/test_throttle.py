@@ -23,10 +23,9 @@ from pymongo.errors import (
     WTimeoutError,
 )
 
-from migronaut_core.background import throttle as throttle_module
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.spec import AdaptiveSettings
-from migronaut_core.background.throttle import (
+from migronaut_core.background.engine import throttle as throttle_module
+from migronaut_core.background.engine.throttle import (
     AdaptiveController,
     Throttle,
     ThrottleChange,
@@ -37,6 +36,7 @@ from migronaut_core.background.throttle import (
     is_overload,
     replication_lag_ms,
 )
+from migronaut_core.background.spec import AdaptiveSettings
 
 SETTINGS = AdaptiveSettings(
     min_batch_size=50,

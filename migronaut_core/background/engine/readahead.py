@@ -9,7 +9,8 @@ so each write is still preceded by a durable note of its ids (totals stay exact
 across ``kill -9``) without a round trip of its own.
 
 Only for plain batches (no transaction, no steps) of partitioners whose cursor
-does not depend on the write (:attr:`~migronaut_core.background.partition.Partitioner.reads_ahead`).
+does not depend on the write (:attr:`~migronaut_core.background.planning.partition.Partitioner.
+reads_ahead`).
 Pause, cancel and the slice deadline are judged before each checkpoint, so a lane
 still stops within one batch and never leaves an intent it will not write.
 """
@@ -24,9 +25,8 @@ from typing import Any
 
 from pymongo.collection import Collection
 
-from migronaut_core.background.engine import (
+from migronaut_core.background.engine.batch import (
     Document,
-    Job,
     PartitionContext,
     PartitionResult,
     TransformContext,
@@ -42,7 +42,8 @@ from migronaut_core.background.engine import (
     settle_dead_lane_batch,
     write_round,
 )
-from migronaut_core.background.partition import find
+from migronaut_core.background.job import Job
+from migronaut_core.background.planning.partition import find
 from migronaut_core.background.store import BackgroundStore
 
 

@@ -16,10 +16,15 @@ from typing import Any, Literal
 import pendulum
 
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.coordinator import waiting_for
-from migronaut_core.background.engine import Direction
+from migronaut_core.background.lifecycle import waiting_for
 from migronaut_core.background.runtime import Runtime
-from migronaut_core.background.spec import TERMINAL, BackgroundSpec, match_hash, transition
+from migronaut_core.background.spec import (
+    TERMINAL,
+    BackgroundSpec,
+    Direction,
+    match_hash,
+    transition,
+)
 from migronaut_core.changelog import Actor
 from migronaut_core.errors import BackgroundConflictError
 

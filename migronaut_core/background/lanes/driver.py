@@ -19,7 +19,7 @@ from pymongo.errors import ConnectionFailure, PyMongoError
 
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.coordinator import Answer, Driver, coordinate
-from migronaut_core.background.lane import SliceResult, run_slice
+from migronaut_core.background.lanes.lane import SliceResult, run_slice
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.views import state_view
 from migronaut_core.errors import (

@@ -7,7 +7,7 @@ collection reads through (DESIGN §3.4):
   ``background_shard_aware = "off"``, whose ``_id``-range reads need exactly it);
 - on a sharded collection, the variant that carries the shard key,
   ``{field: 1, <shard key fields>, _id: 1}`` (a hashed field stays hashed;
-  :func:`~migronaut_core.background.shard.sharded_version_index_key`): the
+  :func:`~migronaut_core.background.planning.shard.sharded_version_index_key`): the
   version field leads, so one version is one tight index range and drift
   probes stay a single seek; the shard-key fields follow, so each chunk range
   of that version is contiguous and the shard-aware partitioner can bound its
@@ -24,16 +24,16 @@ every deploy and from several processes at once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from migronaut_core.background.coordinator import same_index_key
-from migronaut_core.background.shard import UNKNOWN, sharded_version_index_key
+from migronaut_core.background.planning.shard import UNKNOWN, sharded_version_index_key
 from migronaut_core.definitions import CollectionDefinition
 
 if TYPE_CHECKING:
     from migronaut_core.background.runtime import Runtime
+    from migronaut_core.background.spec import BackgroundSpec
 
 __all__ = ["ConvergeReport", "IndexReport", "converge"]
 
@@ -147,3 +147,64 @@ def converge(rt: Runtime, definitions: Sequence[CollectionDefinition]) -> Conver
     :returns: one :class:`IndexReport` per definition, in order.
     """
     return ConvergeReport(tuple(_converge_one(rt, definition) for definition in definitions))
+
+
+# -- the version index rule ---------------------------------------------------------
+
+
+def version_index_key(spec: BackgroundSpec) -> list[tuple[str, int]]:
+    return [(spec.field, 1), ("_id", 1)]
+
+
+def same_index_key(live: Mapping[str, Any], wanted: Sequence[tuple[str, Any]]) -> bool:
+    """Whether an index's key pattern is ``wanted``: same fields, order and directions."""
+    have = list(live.items())
+    if len(have) != len(wanted):
+        return False
+    for (name, kind), (wanted_name, wanted_kind) in zip(have, wanted, strict=True):
+        if name != wanted_name or _direction(kind) != _direction(wanted_kind):
+            return False
+    return True
+
+
+def _direction(kind: Any) -> Any:
+    """An index key's direction, comparable across numeric types (``1``, ``1.0``, ``Int64(1)``)."""
+    if isinstance(kind, int | float) and not isinstance(kind, bool):
+        return float(kind)
+    return str(kind)
+
+
+def has_index(rt: Runtime, collection: str, wanted: Sequence[tuple[str, Any]]) -> bool:
+    return any(same_index_key(key, wanted) for key in rt.index_keys(collection))
+
+
+def version_hint(rt: Runtime, spec: BackgroundSpec) -> list[tuple[str, int]] | None:
+    """The version index to hint, when the collection has it; warn once when it does not."""
+    assert spec.collection is not None
+    if has_index(rt, spec.collection, version_index_key(spec)):
+        return version_index_key(spec)
+    rt.warn_once(
+        f"index:{spec.collection}",
+        "%s has no {%s: 1, _id: 1} index: background migrations over it scan the collection "
+        "(create it, or declare versioning and converge)",
+        spec.collection,
+        spec.field,
+    )
+    return None
+
+
+def probe_hint(rt: Runtime, spec: BackgroundSpec) -> list[tuple[str, Any]] | None:
+    """The index a drift probe (one equality on the version field) reads through.
+
+    The version index; else any index led by the version field ascending — on a
+    sharded collection, the version index that carries the shard key; else none
+    (warned once, as :func:`version_hint` does).
+    """
+    assert spec.collection is not None
+    if has_index(rt, spec.collection, version_index_key(spec)):
+        return version_index_key(spec)
+    for key in rt.index_keys(spec.collection):
+        first = next(iter(key.items()), None)
+        if first is not None and first[0] == spec.field and _direction(first[1]) == 1.0:
+            return list(key.items())
+    return version_hint(rt, spec)

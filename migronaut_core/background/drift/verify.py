@@ -13,8 +13,8 @@ import logging
 from collections.abc import Collection, Sequence
 from typing import Any, Literal
 
-from migronaut_core.background.control import control
-from migronaut_core.background.coordinator import probe_hint
+from migronaut_core.background.control.actions import control
+from migronaut_core.background.indexes import probe_hint
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.spec import BackgroundSpec, exclude_bad_ids, match_of
 from migronaut_core.changelog import Actor

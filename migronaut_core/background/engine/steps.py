@@ -21,15 +21,16 @@ from pymongo.client_session import ClientSession
 from pymongo.database import Database
 
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.engine import Direction, Job, PartitionContext
-from migronaut_core.background.spec import MAX_CHECKPOINT_BYTES
-from migronaut_core.background.transactional import (
+from migronaut_core.background.engine.batch import PartitionContext
+from migronaut_core.background.engine.transactional import (
     BatchStoppedError,
     backoff_seconds,
     commit,
     is_transient,
     transaction_options,
 )
+from migronaut_core.background.job import Job
+from migronaut_core.background.spec import MAX_CHECKPOINT_BYTES, Direction
 from migronaut_core.errors import BackgroundFailedError, LeaseLost
 
 STEP_SCOPE = {"kind": "step"}

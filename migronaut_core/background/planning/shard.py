@@ -72,9 +72,9 @@ from bson.max_key import MaxKey
 from bson.min_key import MinKey
 from pymongo.errors import OperationFailure
 
-from migronaut_core.background.brackets import BRACKETS, bracket_of
-from migronaut_core.background.keyorder import compare_keys, key_sort
-from migronaut_core.background.partition import (
+from migronaut_core.background.planning.brackets import BRACKETS, bracket_of
+from migronaut_core.background.planning.keyorder import compare_keys, key_sort
+from migronaut_core.background.planning.partition import (
     BatchQuery,
     Count,
     IdRangePartitioner,

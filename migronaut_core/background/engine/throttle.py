@@ -46,7 +46,7 @@ from migronaut_core.background.spec import AdaptiveSettings
 if TYPE_CHECKING:
     from pymongo import MongoClient
 
-    from migronaut_core.background.engine import Job
+    from migronaut_core.background.job import Job
 
 __all__ = [
     "AdaptiveController",

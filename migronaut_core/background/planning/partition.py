@@ -8,13 +8,13 @@ worked by one lane at a time. The :class:`IdRangePartitioner` makes three kinds:
     sample that ran out of time);
 ``{"kind": "id-range", "bracket": ..., "gte": ..., "lt": ...}``
     a half-open ``_id`` range inside one BSON type bracket
-    (:meth:`~migronaut_core.background.brackets.IdRange.to_scope`);
+    (:meth:`~migronaut_core.background.planning.brackets.IdRange.to_scope`);
 ``{"kind": "rest", "except": [bracket, ...]}``
     every ``_id`` outside the listed brackets — the brackets the sample did
     not split, including the ones it never saw.
 
 Coverage guarantee. The ranges of a split bracket are exact complements of
-each other (see :mod:`~migronaut_core.background.brackets`) and every BSON
+each other (see :mod:`~migronaut_core.background.planning.brackets`) and every BSON
 type an ``_id`` can have (any but array) belongs to exactly one bracket, so a
 sampled plan — the ranges plus the catch-all ``rest`` — reaches every document
 exactly once, whatever the sample missed. Scopes that span brackets (``all``,
@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from bson.decimal128 import Decimal128
 from pymongo.errors import ExecutionTimeout, OperationFailure
 
-from migronaut_core.background.brackets import (
+from migronaut_core.background.planning.brackets import (
     BRACKETS,
     SCOPE_KIND,
     IdRange,

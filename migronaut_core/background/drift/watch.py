@@ -2,10 +2,10 @@
 
 After a background migration completed, an old release of the application (a pod
 not yet redeployed, a forgotten worker) may still write the old shape. The poll
-(:func:`~migronaut_core.background.drift.verify`) finds such documents at its next
+(:func:`~migronaut_core.background.drift.verify.verify`) finds such documents at its next
 run; the watcher follows a change stream per collection instead and upgrades them
 within moments, through the lanes' write path
-(:func:`~migronaut_core.background.engine.apply_batch`: the registered spec, the
+(:func:`~migronaut_core.background.engine.batch.apply_batch`: the registered spec, the
 file's transform, the version guard, only changed fields written).
 
 Guarantees:
@@ -57,25 +57,24 @@ from pymongo.database import Database
 from pymongo.errors import OperationFailure, PyMongoError
 
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.control import control
-from migronaut_core.background.coordinator import job_for
-from migronaut_core.background.drift import OnDrift, verify
-from migronaut_core.background.engine import (
+from migronaut_core.background.control.actions import control
+from migronaut_core.background.drift.verify import OnDrift, verify
+from migronaut_core.background.engine.batch import (
     BatchResult,
     DocError,
     DocumentFailedError,
-    Job,
     TransformContext,
     apply_batch,
 )
+from migronaut_core.background.engine.transactional import transaction_options
+from migronaut_core.background.job import Job, job_for
 from migronaut_core.background.runtime import Runtime
-from migronaut_core.background.scrub import error_text
 from migronaut_core.background.spec import TERMINAL
-from migronaut_core.background.transactional import transaction_options
 from migronaut_core.background.views import json_safe
 from migronaut_core.changelog import Actor
 from migronaut_core.errors import BackgroundConflictError, ConfigInvalidError, MigronautError
 from migronaut_core.lock import MongoLock
+from migronaut_core.scrub import error_text
 from migronaut_core.versioning import canonical_id_key
 
 log = logging.getLogger(__name__)

@@ -11,9 +11,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from migronaut_core.background.engine import (
+from migronaut_core.background.engine.batch import (
     BatchResult,
-    Job,
     PartitionContext,
     PartitionResult,
     add_counters,
@@ -23,14 +22,15 @@ from migronaut_core.background.engine import (
     plain_batch,
     settle_dead_lane_batch,
 )
-from migronaut_core.background.readahead import reads_ahead, work_reading_ahead
-from migronaut_core.background.steps import run_step
-from migronaut_core.background.store import BackgroundStore
-from migronaut_core.background.transactional import (
+from migronaut_core.background.engine.readahead import reads_ahead, work_reading_ahead
+from migronaut_core.background.engine.steps import run_step
+from migronaut_core.background.engine.transactional import (
     BatchStoppedError,
     TransactionSizing,
     transactional_batch,
 )
+from migronaut_core.background.job import Job
+from migronaut_core.background.store import BackgroundStore
 
 
 def process_partition(job: Job, ctx: PartitionContext, store: BackgroundStore) -> PartitionResult:

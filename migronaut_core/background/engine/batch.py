@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from pymongo import UpdateOne
 from pymongo.client_session import ClientSession
@@ -31,12 +31,13 @@ from pymongo.errors import BulkWriteError
 from pymongo.write_concern import WriteConcern
 
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.partition import Partitioner, find
-from migronaut_core.background.scrub import DOCUMENT_ERROR_CODES, error_text, write_error_text
-from migronaut_core.background.spec import BackgroundFunctions, BackgroundSpec
+from migronaut_core.background.engine.throttle import Throttle, ThrottleChange
+from migronaut_core.background.job import Job
+from migronaut_core.background.planning.partition import Partitioner, find
+from migronaut_core.background.spec import Direction
 from migronaut_core.background.store import BackgroundStore, Lease
-from migronaut_core.background.throttle import Throttle, ThrottleChange
 from migronaut_core.errors import BackgroundConflictError, BackgroundFailedError, MigronautError
+from migronaut_core.scrub import DOCUMENT_ERROR_CODES, error_text, write_error_text
 from migronaut_core.versioning import (
     canonical_id_key,
     clone_document,
@@ -49,53 +50,7 @@ from migronaut_core.versioning import (
     version_of,
 )
 
-Direction = Literal["forward", "revert"]
 Document = dict[str, Any]
-
-
-@dataclass
-class Job:
-    """One background migration as a lane or coordinator works it, in one direction."""
-
-    name: str
-    spec: BackgroundSpec
-    fns: BackgroundFunctions
-    direction: Direction
-    match: Document
-    partitioner: Partitioner
-    hint: Any | None
-    log: logging.Logger
-    generation: int = 0
-    partition_id: Any = None
-    cancel: CancelToken = field(default_factory=CancelToken)
-    #: How the collection is split, for the plan and status: ``{"mode": "off"}``
-    #: unless it is sharded (see :func:`~migronaut_core.background.coordinator.partitioner_for`).
-    sharding: dict[str, Any] = field(default_factory=lambda: {"mode": "off"})
-    #: How a write is guarded: ``pipeline`` (``_id`` filter, the version/revision test
-    #: inside the update; MongoDB 5.0+) or ``filter`` (the test in the filter).
-    guard: Literal["pipeline", "filter"] = "filter"
-
-    @property
-    def collection(self) -> str:
-        """The collection a declarative job rewrites (validated present for that mode)."""
-        assert self.spec.collection is not None
-        return self.spec.collection
-
-    @property
-    def source(self) -> int:
-        return self.spec.from_version if self.direction == "forward" else self.spec.to_version
-
-    @property
-    def target(self) -> int:
-        return self.spec.to_version if self.direction == "forward" else self.spec.from_version
-
-    @property
-    def transform_one(self) -> Callable[..., Any] | None:
-        return self.fns.migrate if self.direction == "forward" else self.fns.revert
-
-    @property
-    def transform_many(self) -> Callable[..., Any] | None:
-        return self.fns.migrate_batch if self.direction == "forward" else self.fns.revert_batch
 
 
 @dataclass(frozen=True, slots=True)

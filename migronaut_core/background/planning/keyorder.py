@@ -5,7 +5,7 @@ The shard-aware partitioner compares chunk bounds with sampled shard-key values
 a chunk) without asking the server each time. It needs the server's *sort*
 order, which is total across types (unlike query inequalities, which apply
 type bracketing): values of different brackets compare by bracket
-(:data:`~migronaut_core.background.brackets.BRACKETS`), values of one bracket
+(:data:`~migronaut_core.background.planning.brackets.BRACKETS`), values of one bracket
 by value — numbers numerically whatever their BSON type, strings by their
 UTF-8 bytes (no collation), embedded documents field by field, binary data by
 length, then subtype, then bytes.
@@ -27,7 +27,7 @@ from bson.binary import Binary
 from bson.dbref import DBRef
 from bson.decimal128 import Decimal128
 
-from migronaut_core.background.brackets import BRACKETS, bracket_of
+from migronaut_core.background.planning.brackets import BRACKETS, bracket_of
 
 __all__ = ["compare_keys", "compare_values", "key_sort"]
 

@@ -27,19 +27,15 @@ from typing import Any
 import pendulum
 
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.coordinator import (
-    assert_transactions,
-    fail_state,
-    job_for,
-    plan_is_stale,
-)
-from migronaut_core.background.engine import Job, PartitionContext, PartitionResult, add_counters
+from migronaut_core.background.engine.batch import PartitionContext, PartitionResult, add_counters
+from migronaut_core.background.engine.throttle import Throttle
+from migronaut_core.background.engine.worker import process_partition
+from migronaut_core.background.job import Job, assert_transactions, job_for, plan_is_stale
+from migronaut_core.background.lifecycle import fail_state
 from migronaut_core.background.runtime import Runtime
-from migronaut_core.background.scrub import error_text
 from migronaut_core.background.store import Lease
-from migronaut_core.background.throttle import Throttle
-from migronaut_core.background.worker import process_partition
 from migronaut_core.errors import BatchFailed, LeaseLost, MigronautError
+from migronaut_core.scrub import error_text
 
 log = logging.getLogger("migronaut_core.background")
 

@@ -35,19 +35,19 @@ from pymongo.errors import PyMongoError
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
-from migronaut_core.background.engine import (
+from migronaut_core.background.engine.batch import (
     BatchResult,
     DocError,
     DocumentFailedError,
-    Job,
     PartitionContext,
     apply_batch,
     errors_of,
 )
-from migronaut_core.background.partition import find
-from migronaut_core.background.scrub import error_text
+from migronaut_core.background.job import Job
+from migronaut_core.background.planning.partition import find
 from migronaut_core.background.spec import BackgroundSpec
 from migronaut_core.errors import BackgroundConflictError, LeaseLost
+from migronaut_core.scrub import error_text
 from migronaut_core.versioning import canonical_id_key
 
 #: Full-jitter backoff between transient retries: up to 50 ms · 2ⁿ, never past 2 s.

@@ -1,0 +1,229 @@
+"""A job: one background migration as a coordinator, lane, dry run or watcher works it.
+
+A :class:`Job` joins the registered spec with the file's functions for one
+direction, and carries how the collection is split and read (partitioner, index
+hint, shard-awareness) and how writes are guarded. :func:`job_for` is the one
+place a job is built, so every worker of a migration reads and writes alike.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from migronaut_core.background.cancel import CancelToken
+from migronaut_core.background.indexes import has_index, version_hint
+from migronaut_core.background.planning.partition import IdRangePartitioner, Partitioner, Plan
+from migronaut_core.background.planning.shard import (
+    UNKNOWN,
+    KeyedIdRangePartitioner,
+    ShardPartitioner,
+    sharded_version_index_key,
+)
+from migronaut_core.background.runtime import Runtime
+from migronaut_core.background.spec import (
+    BackgroundFunctions,
+    BackgroundSpec,
+    Direction,
+    exclude_bad_ids,
+    match_of,
+)
+from migronaut_core.errors import ChecksumMismatchError, TransactionsUnsupportedError
+
+Document = dict[str, Any]
+
+
+@dataclass
+class Job:
+    """One background migration as a lane or coordinator works it, in one direction."""
+
+    name: str
+    spec: BackgroundSpec
+    fns: BackgroundFunctions
+    direction: Direction
+    match: Document
+    partitioner: Partitioner
+    hint: Any | None
+    log: logging.Logger
+    generation: int = 0
+    partition_id: Any = None
+    cancel: CancelToken = field(default_factory=CancelToken)
+    #: How the collection is split, for the plan and status: ``{"mode": "off"}``
+    #: unless it is sharded (see :func:`~migronaut_core.background.coordinator.partitioner_for`).
+    sharding: dict[str, Any] = field(default_factory=lambda: {"mode": "off"})
+    #: How a write is guarded: ``pipeline`` (``_id`` filter, the version/revision test
+    #: inside the update; MongoDB 5.0+) or ``filter`` (the test in the filter).
+    guard: Literal["pipeline", "filter"] = "filter"
+
+    @property
+    def collection(self) -> str:
+        """The collection a declarative job rewrites (validated present for that mode)."""
+        assert self.spec.collection is not None
+        return self.spec.collection
+
+    @property
+    def source(self) -> int:
+        return self.spec.from_version if self.direction == "forward" else self.spec.to_version
+
+    @property
+    def target(self) -> int:
+        return self.spec.to_version if self.direction == "forward" else self.spec.from_version
+
+    @property
+    def transform_one(self) -> Callable[..., Any] | None:
+        return self.fns.migrate if self.direction == "forward" else self.fns.revert
+
+    @property
+    def transform_many(self) -> Callable[..., Any] | None:
+        return self.fns.migrate_batch if self.direction == "forward" else self.fns.revert_batch
+
+
+@dataclass(frozen=True, slots=True)
+class Splitting:
+    """How a job splits and reads its collection.
+
+    :param partitioner: plans and reads the partitions.
+    :param hint: the index every read goes through (``None``: none to hint).
+    :param sharding: what status says: ``{"mode": "off"}``, ``{"mode":
+        "untargeted", "key"?}`` or ``{"mode": "shard", "key"}``.
+    """
+
+    partitioner: Partitioner
+    hint: Any | None
+    sharding: dict[str, Any]
+
+
+def partitioner_for(rt: Runtime, spec: BackgroundSpec, direction: Direction) -> Splitting:
+    """Choose how a background migration's collection is split.
+
+    Along the shard key (:class:`~migronaut_core.background.planning.shard.ShardPartitioner`)
+    on a sharded collection whose key can be read and whose sharded version
+    index exists; by ``_id`` everywhere else — ``untargeted`` (said once per
+    process) when the collection is sharded but that is not possible, with
+    writes still carrying the shard key when it is known. Step migrations,
+    ``background_shard_aware = "off"`` and unsharded deployments split by
+    ``_id`` without asking anything of the cluster.
+    """
+    if spec.mode == "step":
+        return Splitting(IdRangePartitioner(), None, {"mode": "off"})
+    assert spec.collection is not None
+    if rt.shard_aware == "off" or not rt.shards.is_sharded():
+        return Splitting(IdRangePartitioner(), version_hint(rt, spec), {"mode": "off"})
+    facts = rt.shards.sharding_of(f"{rt.db.name}.{spec.collection}")
+    if facts is None:
+        return Splitting(IdRangePartitioner(), version_hint(rt, spec), {"mode": "off"})
+    if facts is UNKNOWN:
+        rt.warn_once(
+            f"shard-unknown:{spec.collection}",
+            "%s: its shard key cannot be read (config needs clusterMonitor); background "
+            "migrations over it are not shard-aware",
+            spec.collection,
+        )
+        return Splitting(IdRangePartitioner(), version_hint(rt, spec), {"mode": "untargeted"})
+    key = facts.key
+    untargeted = {"mode": "untargeted", "key": key.to_document()}
+    index = sharded_version_index_key(spec.field, key)
+    stamped = {spec.field, spec.revision_field}
+    if any(name in stamped for name in key.names):
+        rt.warn_once(
+            f"shard-stamp:{spec.collection}",
+            "%s: its shard key holds the version or revision field; background migrations "
+            "over it are not shard-aware",
+            spec.collection,
+        )
+        return Splitting(KeyedIdRangePartitioner(key), version_hint(rt, spec), untargeted)
+    if not has_index(rt, spec.collection, index):
+        rt.warn_once(
+            f"shard-index:{spec.collection}",
+            "%s is sharded but has no %s index: background migrations over it are not "
+            "shard-aware (declare versioning and converge)",
+            spec.collection,
+            "{" + ", ".join(f"{name}: {kind!r}" for name, kind in index) + "}",
+        )
+        return Splitting(KeyedIdRangePartitioner(key), version_hint(rt, spec), untargeted)
+    partitioner = ShardPartitioner(
+        facts,
+        field=spec.field,
+        source=spec.source_version(direction),
+        chunks=lambda: rt.shards.chunks_of(facts),
+    )
+    return Splitting(partitioner, index, {"mode": "shard", "key": key.to_document()})
+
+
+def sharding_of(job: Job, plan: Plan) -> dict[str, Any] | None:
+    """What a plan records of its shard-awareness, for status (``None`` when off)."""
+    mode = job.sharding.get("mode")
+    if mode in (None, "off"):
+        return None
+    if mode == "untargeted":
+        return dict(job.sharding)
+    groups = {scope["group"] for scope in plan.partitions if "group" in scope}
+    return {"mode": plan.method, "key": job.sharding.get("key"), "groups": len(groups)}
+
+
+def plan_is_stale(job: Job, plan: Mapping[str, Any] | None) -> bool:
+    """Whether a committed plan cannot be worked by this job: made by another
+    partitioner (shard-awareness changed), or before a reshard."""
+    if plan is None or job.spec.mode == "step":
+        return False
+    made_by = plan.get("partitioner")
+    if made_by is not None and made_by != job.partitioner.id:
+        return True
+    return job.partitioner.stale(plan.get("epoch"))
+
+
+def job_for(
+    rt: Runtime, name: str, state: Mapping[str, Any], cancel: CancelToken | None = None
+) -> Job:
+    """The job a lane or coordinator works: the registered spec, the file's functions.
+
+    :raises ChecksumMismatchError: the file changed since it was registered (a
+        deploy in progress, or an edit that needs ``repin``).
+    """
+    loaded = rt.load(name, tolerant=True)
+    registered = state.get("checksum")
+    if registered is not None and loaded.checksum != registered:
+        raise ChecksumMismatchError(
+            f"background migration {name} changed on disk since it was registered; finish the "
+            "deploy, or pin the new version (migronaut background repin)",
+            {"migration": name},
+        )
+    spec = BackgroundSpec.from_document(state["spec"]) if state.get("spec") else loaded.spec
+    direction: Direction = "revert" if state.get("direction") == "revert" else "forward"
+    step_mode = spec.mode == "step"
+    match = (
+        {}
+        if step_mode
+        else exclude_bad_ids(match_of(spec, direction), list(state.get("bad_ids") or []))
+    )
+    splitting = partitioner_for(rt, spec, direction)
+    return Job(
+        name=name,
+        spec=spec,
+        fns=loaded.fns,
+        direction=direction,
+        match=match,
+        partitioner=splitting.partitioner,
+        hint=splitting.hint,
+        log=logging.getLogger(f"migronaut.background.{name}"),
+        generation=int(state.get("generation", 0)),
+        cancel=cancel or CancelToken(),
+        sharding=splitting.sharding,
+        guard="pipeline" if rt.supports_pipeline_guard() else "filter",
+    )
+
+
+def assert_transactions(rt: Runtime, name: str, spec: BackgroundSpec) -> None:
+    """A transactional migration needs a replica set or a mongos.
+
+    :raises TransactionsUnsupportedError: the server is standalone.
+    """
+    if spec.transaction is None or rt.supports_transactions():
+        return
+    raise TransactionsUnsupportedError(
+        f"background migration {name} asks for transactions, which need a replica set or a "
+        "sharded cluster; this server is standalone (run it with transaction: false)",
+        {"migration": name},
+    )

@@ -1,0 +1,80 @@
+"""Status moves the engine makes by itself: failing a migration, unblocking one.
+
+``requires``: a migration registered while the background migrations it
+requires are not all completed (forward) waits ``blocked``; :func:`try_unblock`
+moves it to ``pending`` once they are. Coordinator, lanes and controls share
+these, so each lives here once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pendulum
+
+from migronaut_core.background.runtime import Runtime
+from migronaut_core.scrub import error_text
+
+log = logging.getLogger("migronaut_core.background")
+
+
+def fail_state(rt: Runtime, state: Mapping[str, Any], reason: str | BaseException) -> str:
+    """Move a background migration to ``failed`` with a value-free reason; return that reason."""
+    message = error_text(reason)
+    failed = rt.store.move(
+        state["_id"],
+        from_statuses=["running", "pending", "blocked"],
+        to="failed",
+        action="fail",
+        fields={"last_error": message, "failed_at": pendulum.now("UTC")},
+    )
+    if failed is not None:
+        rt.emit("background:failed", {"migration": state["_id"], "error": message})
+        log.error("background migration %s failed: %s", state["_id"], message)
+    return message
+
+
+def requires_status(rt: Runtime, requires: Sequence[str]) -> list[dict[str, Any]]:
+    """Where each required background migration stands: ``{migration, status, done}``.
+
+    Done means completed in the forward direction; a completed revert is not done.
+    """
+    if not requires:
+        return []
+    states = rt.store.get_many(requires)
+    rows = []
+    for name in requires:
+        state = states.get(name)
+        if state is None:
+            rows.append({"migration": name, "status": "unregistered", "done": False})
+        elif state.get("direction") == "revert":
+            rows.append({"migration": name, "status": "reverted", "done": False})
+        else:
+            status = state["status"]
+            rows.append({"migration": name, "status": status, "done": status == "completed"})
+    return rows
+
+
+def waiting_for(rt: Runtime, requires: Sequence[str]) -> list[str]:
+    return [row["migration"] for row in requires_status(rt, requires) if not row["done"]]
+
+
+def try_unblock(rt: Runtime, state: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Move a blocked migration whose requirements are all done to ``pending``."""
+    waits = waiting_for(rt, list(state.get("requires") or []))
+    if waits:
+        if waits != list(state.get("waits_for") or []):
+            rt.store.set(state["_id"], {"waits_for": waits})
+        return None
+    unblocked = rt.store.move(
+        state["_id"],
+        from_statuses=["blocked"],
+        to="pending",
+        action="unblock",
+        fields={"waits_for": []},
+    )
+    if unblocked is not None:
+        rt.emit("background:unblocked", {"migration": state["_id"]})
+    return unblocked
