@@ -15,11 +15,10 @@ from typing import Any
 from pymongo.errors import PyMongoError
 
 from migronaut_core.errors import MigronautError
+from migronaut_core.server_errors import is_document_error
 
 _INDEX = re.compile(r"index: (\S+)")
 
-#: Server error codes that fail one document, not the batch.
-DOCUMENT_ERROR_CODES = frozenset({11000, 121, 72, 66, 17280})
 
 _CODE_TEXT = {
     11000: "duplicate key",
@@ -49,7 +48,7 @@ def error_text(error: BaseException | str) -> str:
     if isinstance(error, PyMongoError):
         code: Any = getattr(error, "code", None)
         details = getattr(error, "details", None) or {}
-        if code in DOCUMENT_ERROR_CODES:
+        if is_document_error(code):
             return write_error_text(code, details.get("errmsg"))
         return f"{type(error).__name__}" + (f" (code {code})" if code else "")
     return type(error).__name__

@@ -70,6 +70,7 @@ from migronaut_core.errors import (
 )
 from migronaut_core.runner import supports_transactions
 from migronaut_core.scrub import error_text
+from migronaut_core.server_errors import is_transient_transaction
 from migronaut_core.versioning import canonical_id_key, clone_document, stamped_diff, version_of
 
 __all__ = [
@@ -567,7 +568,7 @@ def _validated(rt: Runtime, job: Job, picked: Sequence[Document]) -> list[Docume
         try:
             passed, write_error = _attempt(rt, replaying, pending, failed)
         except PyMongoError as exc:
-            if not _transient(exc) or transient >= MAX_TRANSIENT_RETRIES:
+            if not is_transient_transaction(exc) or transient >= MAX_TRANSIENT_RETRIES:
                 raise StoreError(
                     f"dry run of {job.name}: the validating transaction failed: {error_text(exc)}",
                     {"migration": job.name},
@@ -597,10 +598,6 @@ def _validated(rt: Runtime, job: Job, picked: Sequence[Document]) -> list[Docume
         key = canonical_id_key(doc_id)
         previews.append(failed.get(key) or passed[key])
     return previews
-
-
-def _transient(exc: PyMongoError) -> bool:
-    return exc.has_error_label("TransientTransactionError")
 
 
 def _attempt(

@@ -33,10 +33,10 @@ from migronaut_core.background.engine.throttle import (
     WarnOnce,
     adaptive_for,
     forget_adaptive,
-    is_overload,
     replication_lag_ms,
 )
 from migronaut_core.background.spec import AdaptiveSettings
+from migronaut_core.server_errors import is_overload
 
 SETTINGS = AdaptiveSettings(
     min_batch_size=50,

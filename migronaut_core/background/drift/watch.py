@@ -75,6 +75,7 @@ from migronaut_core.changelog import Actor
 from migronaut_core.errors import BackgroundConflictError, ConfigInvalidError, MigronautError
 from migronaut_core.lock import MongoLock
 from migronaut_core.scrub import error_text
+from migronaut_core.server_errors import history_lost
 from migronaut_core.versioning import canonical_id_key
 
 log = logging.getLogger(__name__)
@@ -84,8 +85,6 @@ WatchState = Literal["starting", "streaming", "standby", "stopped", "error"]
 
 #: How recent a streaming row's ``updated_at`` must be to count as a live leader.
 STREAMING_FRESH_SECONDS = 60.0
-#: Server errors meaning the stream cannot resume from its token (history lost).
-HISTORY_LOST_CODES = frozenset({286, 280, 136})
 #: The longest a failing stream backs off before it opens again.
 MAX_BACKOFF_SECONDS = 30.0
 #: Who the watcher's controls (reopen) are recorded as.
@@ -446,11 +445,6 @@ def watch_pipeline(edges: Sequence[Edge]) -> list[Document]:
         },
         {"$project": {"operationType": 1, "documentKey": 1, "clusterTime": 1}},
     ]
-
-
-def history_lost(error: BaseException) -> bool:
-    """Whether a stream error means its resume token points before the oplog's start."""
-    return isinstance(error, OperationFailure) and error.code in HISTORY_LOST_CODES
 
 
 # -- one collection ------------------------------------------------------------------------

@@ -37,7 +37,8 @@ from migronaut_core.background.planning.partition import Partitioner, find
 from migronaut_core.background.spec import Direction
 from migronaut_core.background.store import BackgroundStore, Lease
 from migronaut_core.errors import BackgroundConflictError, BackgroundFailedError, MigronautError
-from migronaut_core.scrub import DOCUMENT_ERROR_CODES, error_text, write_error_text
+from migronaut_core.scrub import error_text, write_error_text
+from migronaut_core.server_errors import is_document_error
 from migronaut_core.versioning import (
     canonical_id_key,
     clone_document,
@@ -237,7 +238,7 @@ def write_ops(
             raise
         failed: dict[int, Document] = {}
         for write_error in details.get("writeErrors", []):
-            if write_error.get("code") not in DOCUMENT_ERROR_CODES:
+            if not is_document_error(write_error.get("code")):
                 raise
             failed[write_error["index"]] = write_error
         return int(details.get("nModified", 0)), failed

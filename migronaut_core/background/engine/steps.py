@@ -26,12 +26,12 @@ from migronaut_core.background.engine.transactional import (
     BatchStoppedError,
     backoff_seconds,
     commit,
-    is_transient,
     transaction_options,
 )
 from migronaut_core.background.job import Job
 from migronaut_core.background.spec import MAX_CHECKPOINT_BYTES, Direction
 from migronaut_core.errors import BackgroundFailedError, LeaseLost
+from migronaut_core.server_errors import is_transient_transaction
 
 STEP_SCOPE = {"kind": "step"}
 
@@ -157,7 +157,10 @@ def _in_transaction(
             except Exception as error:
                 if session.in_transaction:
                     session.abort_transaction()
-                if not is_transient(error) or attempt >= job.spec.transaction.max_retries:
+                if (
+                    not is_transient_transaction(error)
+                    or attempt >= job.spec.transaction.max_retries
+                ):
                     raise
         if job.cancel.sleep(backoff_seconds(attempt + 1)):
             raise BatchStoppedError()

@@ -33,15 +33,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 from pymongo.errors import (
-    AutoReconnect,
-    BulkWriteError,
     OperationFailure,
     PyMongoError,
-    WriteConcernError,
 )
 
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.spec import AdaptiveSettings
+from migronaut_core.server_errors import is_overload, is_unauthorized, replication_unavailable
 
 if TYPE_CHECKING:
     from pymongo import MongoClient
@@ -86,43 +84,6 @@ def _warn_once(key: str, message: str, *args: Any) -> None:
 
 
 # ─── Overload ─────────────────────────────────────────────────────────────────
-
-#: MaxTimeMSExpired, ExceededTimeLimit.
-_TIME_LIMIT_CODES: Final = frozenset({50, 262})
-_OVERLOAD_LABELS: Final = ("TransientTransactionError", "RetryableWriteError")
-
-
-def is_overload(error: BaseException) -> bool:
-    """Tell whether ``error`` says the deployment lacks capacity, not that the data is wrong.
-
-    True for write concern errors (also inside a ``BulkWriteError``), errors
-    labelled ``TransientTransactionError`` or ``RetryableWriteError``, time
-    limits (codes 50, 262; also on a bulk's write errors), lost or timed-out
-    connections and any other pymongo timeout. Follows ``__cause__`` chains,
-    so a wrapped pymongo error counts too.
-    """
-    seen = 0
-    current: BaseException | None = error
-    while current is not None and seen < 8:
-        if isinstance(current, PyMongoError) and _overloaded(current):
-            return True
-        current = current.__cause__
-        seen += 1
-    return False
-
-
-def _overloaded(error: PyMongoError) -> bool:
-    if isinstance(error, WriteConcernError | AutoReconnect) or error.timeout:
-        return True
-    if any(error.has_error_label(label) for label in _OVERLOAD_LABELS):
-        return True
-    if isinstance(error, BulkWriteError):
-        details = error.details or {}
-        if details.get("writeConcernErrors"):
-            return True
-        codes = {entry.get("code") for entry in details.get("writeErrors", ())}
-        return bool(codes & _TIME_LIMIT_CODES)
-    return isinstance(error, OperationFailure) and error.code in _TIME_LIMIT_CODES
 
 
 # ─── The adaptive controller (AIMD) ───────────────────────────────────────────
@@ -340,9 +301,6 @@ CONFIG_INTERVAL_S: Final = 60.0
 LAG_BACKOFF_START_S: Final = 0.25
 LAG_BACKOFF_MAX_S: Final = 2.0
 
-_UNAUTHORIZED: Final = 13
-#: CommandNotFound (mongos), NoReplicationEnabled (standalone), CommandNotSupported.
-_NO_REPLICATION: Final = frozenset({59, 76, 115})
 _PRIMARY, _SECONDARY = 1, 2
 
 
@@ -452,7 +410,7 @@ class LagProbe:
             self._excluded = _excluded_members(client.admin.command("replSetGetConfig"))
 
     def _switch_off(self, exc: OperationFailure, warn: WarnOnce) -> bool:
-        if exc.code == _UNAUTHORIZED:
+        if is_unauthorized(exc):
             self.disabled = "unauthorized"
             warn(
                 "lag:unauthorized",
@@ -460,7 +418,7 @@ class LagProbe:
                 "needs the clusterMonitor role); they no longer wait for secondaries",
             )
             return True
-        if exc.code in _NO_REPLICATION or "--replSet" in str(exc):
+        if replication_unavailable(exc):
             self.disabled = "no-replica-set"
             warn(
                 "lag:no-replica-set",

@@ -48,6 +48,11 @@ from migronaut_core.background.planning.partition import find
 from migronaut_core.background.spec import BackgroundSpec
 from migronaut_core.errors import BackgroundConflictError, LeaseLost
 from migronaut_core.scrub import error_text
+from migronaut_core.server_errors import (
+    commit_result_unknown,
+    is_transient_transaction,
+    too_slow_or_too_big,
+)
 from migronaut_core.versioning import canonical_id_key
 
 #: Full-jitter backoff between transient retries: up to 50 ms · 2ⁿ, never past 2 s.
@@ -58,10 +63,6 @@ CLEAN_BATCHES_TO_GROW = 5
 BATCH_GROWTH = 1.5
 #: What one batch reads into a transaction, well under the 16 MiB limit.
 MAX_TRANSACTION_BYTES = 8 * 1024 * 1024
-#: Server errors meaning "too slow or too big": halve the batch and retry.
-TIME_OR_SIZE = frozenset({50, 262, 290, 334, 10334, 17419})
-#: Server errors worth retrying the whole transaction for, labelled or not.
-TRANSIENT_CODES = frozenset({112, 251, 24})
 
 
 @dataclass
@@ -83,12 +84,6 @@ def transaction_options(spec: BackgroundSpec) -> dict[str, Any]:
     }
 
 
-def is_transient(error: BaseException) -> bool:
-    if isinstance(error, PyMongoError) and error.has_error_label("TransientTransactionError"):
-        return True
-    return getattr(error, "code", None) in TRANSIENT_CODES
-
-
 def commit(session: ClientSession) -> None:
     """Commit; again (up to twice) when the outcome is unknown, which is safe."""
     for attempt in range(3):
@@ -96,7 +91,7 @@ def commit(session: ClientSession) -> None:
             session.commit_transaction()
             return
         except PyMongoError as error:
-            if not error.has_error_label("UnknownTransactionCommitResult") or attempt == 2:
+            if not commit_result_unknown(error) or attempt == 2:
                 raise
 
 
@@ -141,8 +136,8 @@ def transactional_batch(
         except _AttemptFailedError as failed:
             error, attempt_docs = failed.error, failed.docs
         conflict = isinstance(error, BackgroundConflictError)
-        time_or_size = getattr(error, "code", None) in TIME_OR_SIZE
-        if not (conflict or time_or_size or is_transient(error)):
+        time_or_size = too_slow_or_too_big(error)
+        if not (conflict or time_or_size or is_transient_transaction(error)):
             raise error
         retries += 1
         sizing.clean = 0

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from pymongo.errors import ConnectionFailure, PyMongoError
+from pymongo.errors import PyMongoError
 
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.coordinator import Answer, Driver, coordinate
@@ -29,6 +29,7 @@ from migronaut_core.errors import (
     MigronautError,
     RunAbortedError,
 )
+from migronaut_core.server_errors import is_retryable_write
 
 log = logging.getLogger("migronaut_core.background")
 
@@ -179,9 +180,7 @@ def _coordinate(rt: Runtime, name: str, token: CancelToken) -> Answer | None:
 def _transient(error: Exception) -> bool:
     if isinstance(error, MigronautError):
         return error.retryable
-    if isinstance(error, ConnectionFailure):
-        return True
-    return isinstance(error, PyMongoError) and error.has_error_label("RetryableWriteError")
+    return is_retryable_write(error)
 
 
 def _finished(rt: Runtime, name: str, status: str | None) -> dict[str, Any]:

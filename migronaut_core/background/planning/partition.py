@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from bson.decimal128 import Decimal128
-from pymongo.errors import ExecutionTimeout, OperationFailure
+from pymongo.errors import OperationFailure
 
 from migronaut_core.background.planning.brackets import (
     BRACKETS,
@@ -52,6 +52,7 @@ from migronaut_core.background.planning.brackets import (
 )
 from migronaut_core.background.spec import PartitionSettings
 from migronaut_core.errors import ConfigInvalidError
+from migronaut_core.server_errors import timed_out
 
 if TYPE_CHECKING:
     from pymongo.client_session import ClientSession
@@ -75,7 +76,6 @@ __all__ = [
     "random_sample_pipeline",
     "sample_pipeline",
     "scopes_from_sample",
-    "timed_out",
 ]
 
 logger = logging.getLogger(__name__)
@@ -92,10 +92,6 @@ MIN_PARTITION_DOCS: Final = 1_000
 #: Fewest matching ``_id``s a random sample of the whole collection must hold to
 #: stand for the matching documents (the estimate's error is then within ~7%).
 RANDOM_SAMPLE_MIN_MATCHES: Final = 200
-
-#: Server codes of an operation that ran out of time (MaxTimeMSExpired,
-#: ExceededTimeLimit).
-_TIMEOUT_CODES: Final = frozenset({50, 262})
 
 _NAN: Final = float("nan")
 
@@ -483,11 +479,6 @@ class Count:
         if self.at_least:
             return max_partitions
         return partition_budget(self.estimate, max_partitions)
-
-
-def timed_out(exc: OperationFailure) -> bool:
-    """Whether a server error says the operation ran out of its time limit."""
-    return isinstance(exc, ExecutionTimeout) or exc.code in _TIMEOUT_CODES
 
 
 def count_matching(

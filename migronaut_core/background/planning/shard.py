@@ -81,10 +81,10 @@ from migronaut_core.background.planning.partition import (
     Plan,
     Refusal,
     count_matching,
-    timed_out,
 )
 from migronaut_core.background.spec import PartitionSettings
 from migronaut_core.errors import ConfigInvalidError, ShardMetadataError
+from migronaut_core.server_errors import is_unauthorized, timed_out
 from migronaut_core.versioning import bson_equal, version_filter
 
 if TYPE_CHECKING:
@@ -126,7 +126,6 @@ MAX_LEFT: Final = 1_000
 #: How many ordinary chunks a jumbo chunk weighs when chunks are shared out.
 JUMBO_WEIGHT: Final = 2.0
 #: Server codes of a read refused for lack of privileges (Unauthorized, Atlas).
-_UNAUTHORIZED: Final = frozenset({13, 8000})
 #: Reads of ``config.chunks`` before inconsistent metadata is an error.
 _CHUNK_READS: Final = 3
 _SPLITTABLE: Final = frozenset(bracket.name for bracket in BRACKETS if bracket.splittable)
@@ -905,7 +904,7 @@ class ShardCatalog:
         try:
             doc = self.config["collections"].find_one({"_id": namespace})
         except OperationFailure as exc:
-            if exc.code in _UNAUTHORIZED:
+            if is_unauthorized(exc):
                 return UNKNOWN
             raise
         return sharding_from(doc)

@@ -1,0 +1,153 @@
+"""What a pymongo error means to migronaut: the one place server errors are classified.
+
+Every decision the engine takes on a server error — retry the transaction, halve
+the batch, back off, fail one document and go on, treat a privilege as missing,
+reopen a stream from scratch — asks a predicate here, so each code and label is
+interpreted once. The texts such errors become when they leave the engine
+(without document values) are :mod:`migronaut_core.scrub`'s job.
+
+Every predicate takes any exception and answers ``False`` for what is not a
+pymongo error, so callers need no ``isinstance`` chains.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from pymongo.errors import (
+    AutoReconnect,
+    BulkWriteError,
+    ConnectionFailure,
+    ExecutionTimeout,
+    OperationFailure,
+    PyMongoError,
+    WriteConcernError,
+)
+
+__all__ = [
+    "DOCUMENT_ERROR_CODES",
+    "commit_result_unknown",
+    "history_lost",
+    "is_document_error",
+    "is_overload",
+    "is_retryable_write",
+    "is_transient_transaction",
+    "is_unauthorized",
+    "replication_unavailable",
+    "timed_out",
+    "too_slow_or_too_big",
+]
+
+#: MaxTimeMSExpired, ExceededTimeLimit: the operation ran out of its time limit.
+TIME_LIMIT_CODES: Final = frozenset({50, 262})
+#: Time limits plus TransactionTooLarge, TransactionTooOld, TransactionExceededLifetimeLimit
+#: and the 16 MB reply/BSON size errors: a smaller batch may succeed.
+TIME_OR_SIZE_CODES: Final = TIME_LIMIT_CODES | frozenset({290, 334, 10334, 17419})
+#: WriteConflict, NoSuchTransaction, LockTimeout: worth retrying a whole transaction,
+#: labelled or not.
+TRANSIENT_TRANSACTION_CODES: Final = frozenset({112, 251, 24})
+#: Server errors that fail one document, not the batch: duplicate key, validation,
+#: shard key change through mongos, immutable field, index key too large.
+DOCUMENT_ERROR_CODES: Final = frozenset({11000, 121, 72, 66, 17280})
+#: Unauthorized, and Atlas's AtlasError for a missing privilege.
+UNAUTHORIZED_CODES: Final = frozenset({13, 8000})
+#: CommandNotFound (mongos), NoReplicationEnabled (standalone), CommandNotSupported.
+NO_REPLICATION_CODES: Final = frozenset({59, 76, 115})
+#: ChangeStreamHistoryLost, ChangeStreamFatalError, CappedPositionLost: a resume
+#: token that points before the oplog's start.
+HISTORY_LOST_CODES: Final = frozenset({286, 280, 136})
+
+_OVERLOAD_LABELS: Final = ("TransientTransactionError", "RetryableWriteError")
+_CAUSE_DEPTH: Final = 8
+
+
+def _code(error: BaseException) -> object:
+    return error.code if isinstance(error, OperationFailure) else None
+
+
+def timed_out(error: BaseException) -> bool:
+    """Whether the server says the operation ran out of its time limit."""
+    return isinstance(error, ExecutionTimeout) or _code(error) in TIME_LIMIT_CODES
+
+
+def too_slow_or_too_big(error: BaseException) -> bool:
+    """Whether a transaction failed on time or size, so a smaller batch may succeed."""
+    return getattr(error, "code", None) in TIME_OR_SIZE_CODES
+
+
+def is_transient_transaction(error: BaseException) -> bool:
+    """Whether a whole transaction is worth running again (labelled transient, or a
+    write conflict, an aborted transaction or a lock timeout)."""
+    if isinstance(error, PyMongoError) and error.has_error_label("TransientTransactionError"):
+        return True
+    return getattr(error, "code", None) in TRANSIENT_TRANSACTION_CODES
+
+
+def commit_result_unknown(error: BaseException) -> bool:
+    """Whether a commit's outcome is unknown, so committing again is safe and needed."""
+    return isinstance(error, PyMongoError) and error.has_error_label(
+        "UnknownTransactionCommitResult"
+    )
+
+
+def is_retryable_write(error: BaseException) -> bool:
+    """Whether a step may simply run again: the connection failed, or the server
+    labelled the error a retryable write."""
+    if isinstance(error, ConnectionFailure):
+        return True
+    return isinstance(error, PyMongoError) and error.has_error_label("RetryableWriteError")
+
+
+def is_document_error(code: object) -> bool:
+    """Whether a write error's code fails one document rather than the batch."""
+    return code in DOCUMENT_ERROR_CODES
+
+
+def is_unauthorized(error: BaseException) -> bool:
+    """Whether the server refused for a missing privilege."""
+    return _code(error) in UNAUTHORIZED_CODES
+
+
+def replication_unavailable(error: BaseException) -> bool:
+    """Whether the deployment has no replica set status to read (standalone or mongos)."""
+    return _code(error) in NO_REPLICATION_CODES or (
+        isinstance(error, OperationFailure) and "--replSet" in str(error)
+    )
+
+
+def history_lost(error: BaseException) -> bool:
+    """Whether a change stream's resume token points before the oplog's start."""
+    return _code(error) in HISTORY_LOST_CODES
+
+
+def is_overload(error: BaseException) -> bool:
+    """Whether ``error`` says the deployment lacks capacity, not that the data is wrong.
+
+    True for write concern errors (also inside a ``BulkWriteError``), errors
+    labelled ``TransientTransactionError`` or ``RetryableWriteError``, time
+    limits (also on a bulk's write errors), lost or timed-out connections and
+    any other pymongo timeout. Follows ``__cause__`` chains, so a wrapped
+    pymongo error counts too.
+    """
+    current: BaseException | None = error
+    for _ in range(_CAUSE_DEPTH):
+        if current is None:
+            return False
+        if isinstance(current, PyMongoError) and _overloaded(current):
+            return True
+        current = current.__cause__
+    return False
+
+
+def _overloaded(error: PyMongoError) -> bool:
+    if isinstance(error, WriteConcernError | AutoReconnect) or error.timeout:
+        return True
+    if any(error.has_error_label(label) for label in _OVERLOAD_LABELS):
+        return True
+    if isinstance(error, BulkWriteError):
+        details = error.details or {}
+        if details.get("writeConcernErrors"):
+            return True
+        codes = {entry.get("code") for entry in details.get("writeErrors", ())}
+        return bool(codes & TIME_LIMIT_CODES)
+    return _code(error) in TIME_LIMIT_CODES
