@@ -27,9 +27,8 @@ from typing import Any, Literal
 from pymongo.errors import PyMongoError
 
 from migronaut_core import files
-from migronaut_core.background.drift.watch import STREAMING_FRESH_SECONDS, WatchStore
 from migronaut_core.background.runtime import Runtime
-from migronaut_core.background.store import live_leases_filter
+from migronaut_core.background.store import STREAMING_FRESH_SECONDS, WatchStore, live_leases_filter
 from migronaut_core.errors import MigronautError
 
 #: A running migration without progress for this long (and no live lease) is stalled.

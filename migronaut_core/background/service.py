@@ -34,7 +34,7 @@ from migronaut_core.background.lanes.lane import SliceResult, run_slice
 from migronaut_core.background.lifecycle import requires_status, try_unblock, waiting_for
 from migronaut_core.background.runtime import LoadedBackground, Runtime
 from migronaut_core.background.spec import check_slice_ms, resolve_spec
-from migronaut_core.background.store import BackgroundStore
+from migronaut_core.background.store import BackgroundStore, WatchStore, watch_view
 from migronaut_core.background.views import history_view, partition_view, state_view
 from migronaut_core.changelog import Actor
 from migronaut_core.config import Config
@@ -533,11 +533,11 @@ class BackgroundService:
         """The watcher rows (one collection's, None if it has none; or all), never a token."""
         rows = self._watch_store().statuses(collection)
         if collection is not None:
-            return watching.watch_view(rows[0]) if rows else None
-        return [watching.watch_view(row) for row in rows]
+            return watch_view(rows[0]) if rows else None
+        return [watch_view(row) for row in rows]
 
-    def _watch_store(self) -> watching.WatchStore:
-        return watching.WatchStore(self.runtime.db, self.config.background_collections.watch)
+    def _watch_store(self) -> WatchStore:
+        return WatchStore(self.runtime.db, self.config.background_collections.watch)
 
     # -- dry runs ----------------------------------------------------------------------------
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pendulum
 from bson import json_util
 
-from migronaut_core.background.store import BackgroundStore
+if TYPE_CHECKING:
+    from migronaut_core.background.store import BackgroundStore
 
 #: Failed documents listed in a status view (the state keeps up to MAX_BAD_IDS).
 VIEW_FAILED_DOCUMENTS = 20

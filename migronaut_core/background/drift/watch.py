@@ -49,11 +49,9 @@ from typing import Any, Literal
 
 import pendulum
 from bson import Timestamp
-from pymongo import ReturnDocument
 from pymongo.change_stream import CollectionChangeStream
 from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
-from pymongo.database import Database
 from pymongo.errors import OperationFailure, PyMongoError
 
 from migronaut_core.background.cancel import CancelToken
@@ -70,6 +68,7 @@ from migronaut_core.background.engine.transactional import transaction_options
 from migronaut_core.background.job import Job, job_for
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.spec import TERMINAL
+from migronaut_core.background.store.watch import WATCH_COUNTERS, Fence, WatchStore
 from migronaut_core.background.views import json_safe
 from migronaut_core.changelog import Actor
 from migronaut_core.errors import BackgroundConflictError, ConfigInvalidError, MigronautError
@@ -83,15 +82,12 @@ log = logging.getLogger(__name__)
 Document = dict[str, Any]
 WatchState = Literal["starting", "streaming", "standby", "stopped", "error"]
 
-#: How recent a streaming row's ``updated_at`` must be to count as a live leader.
-STREAMING_FRESH_SECONDS = 60.0
 #: The longest a failing stream backs off before it opens again.
 MAX_BACKOFF_SECONDS = 30.0
 #: Who the watcher's controls (reopen) are recorded as.
 WATCH_ACTOR = "migronaut-watch"
 
 _EVENTS = ("insert", "update", "replace")
-_COUNTERS = ("events", "upgraded", "errors", "skipped")
 
 
 # -- settings --------------------------------------------------------------------------
@@ -205,151 +201,12 @@ def require_change_streams(rt: Runtime) -> None:
     )
 
 
-# -- the watch collection ----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Fence:
-    """Proof of leadership for row writes: the lock's owner id and fencing token."""
-
-    owner: str
-    token: int
-
-
 @dataclass(frozen=True, slots=True)
 class _Boundary:
     """Where a stream starts (just after cluster time ``at``) and what to probe as of ``at``."""
 
     at: Timestamp | None
     probe: frozenset[str]
-
-
-class WatchStore:
-    """The watcher rows: one per collection, written only by its current leader.
-
-    A row holds the leader's state, who leads (host, pid, owner), the edges it
-    serves, counters, the last event's time and the resume token. Every write of a
-    leader is fenced by its lock's owner and token, so a leader that lost its lock
-    cannot move the position its successor resumes from. Status reads never
-    fetch the token from the server.
-    """
-
-    def __init__(self, db: Database[Document], name: str) -> None:
-        self.rows: Collection[Document] = db[name]
-
-    def take(self, collection: str, fence: Fence, leader: Mapping[str, Any]) -> Document:
-        """Become the row's leader (the caller holds the lock); return the row."""
-        row = self.rows.find_one_and_update(
-            {"_id": collection},
-            [
-                {
-                    "$set": {
-                        "leader": {"$literal": {"owner": fence.owner, **leader}},
-                        "fence": fence.token,
-                        "state": "starting",
-                    }
-                },
-                {"$set": {"leader.since": "$$NOW", "updated_at": "$$NOW"}},
-                {"$unset": "last_error"},
-            ],
-            upsert=True,
-            return_document=ReturnDocument.AFTER,
-        )
-        assert row is not None  # an upsert returns the document after it
-        return row
-
-    def save(
-        self,
-        collection: str,
-        fence: Fence,
-        *,
-        fields: Mapping[str, Any] | None = None,
-        counters: Mapping[str, int] | None = None,
-        unset: Sequence[str] = (),
-    ) -> bool:
-        """Write as the leader; False when the row has another leader now."""
-        update: Document = {"$currentDate": {"updated_at": True}}
-        if fields:
-            update["$set"] = dict(fields)
-        if counters:
-            update["$inc"] = {f"counters.{key}": value for key, value in counters.items() if value}
-            if not update["$inc"]:
-                del update["$inc"]
-        if unset:
-            update["$unset"] = dict.fromkeys(unset, "")
-        result = self.rows.update_one(
-            {"_id": collection, "leader.owner": fence.owner, "fence": fence.token}, update
-        )
-        return result.matched_count == 1
-
-    def statuses(self, collection: str | None = None) -> list[Document]:
-        """The rows (one, or all by name) without their resume tokens, with freshness.
-
-        ``fresh`` is judged by the server's clock: the row was written within
-        :data:`STREAMING_FRESH_SECONDS`.
-        """
-        match: Document = {} if collection is None else {"_id": collection}
-        return list(
-            self.rows.aggregate(
-                [
-                    {"$match": match},
-                    {"$project": {"resume_token": 0}},
-                    {
-                        "$addFields": {
-                            "fresh": {
-                                "$gt": [
-                                    "$updated_at",
-                                    {
-                                        "$subtract": [
-                                            "$$NOW",
-                                            int(STREAMING_FRESH_SECONDS * 1000),
-                                        ]
-                                    },
-                                ]
-                            }
-                        }
-                    },
-                    {"$sort": {"_id": 1}},
-                ]
-            )
-        )
-
-    def streaming_collections(self) -> list[str]:
-        """Collections a live leader streams right now (its row fresh by the server's clock).
-
-        What a poll in ``stream`` drift mode may leave alone.
-        """
-        return [
-            row["_id"]
-            for row in self.statuses()
-            if row.get("state") == "streaming" and row["fresh"]
-        ]
-
-
-def watch_view(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A watcher row as status shows it: never the resume token nor the fencing token."""
-    leader = row.get("leader") or {}
-    counters = {key: 0 for key in _COUNTERS}
-    counters.update({key: int(value) for key, value in (row.get("counters") or {}).items()})
-    return {
-        "collection": row["_id"],
-        "state": row.get("state", "starting"),
-        "edges": list(row.get("edges") or []),
-        "target": row.get("target"),
-        "leader": {
-            "host": leader.get("host"),
-            "pid": leader.get("pid"),
-            "owner": leader.get("owner"),
-            "since": json_safe(leader.get("since")),
-        }
-        if leader
-        else None,
-        "counters": counters,
-        "last_event_at": json_safe(row.get("last_event_at")),
-        "last_error": row.get("last_error"),
-        "updated_at": json_safe(row.get("updated_at")),
-        "fresh": bool(row.get("fresh", False)),
-    }
 
 
 # -- what a collection's watcher serves --------------------------------------------------
@@ -471,9 +328,9 @@ class _Follower(threading.Thread):
         self.state: WatchState = "starting"
         self.leading = False
         self.gone = False
-        self.counters = {key: 0 for key in _COUNTERS}
+        self.counters = {key: 0 for key in WATCH_COUNTERS}
         self.last_event_at: datetime | None = None
-        self._pending = {key: 0 for key in _COUNTERS}
+        self._pending = {key: 0 for key in WATCH_COUNTERS}
         self._token: Mapping[str, Any] | None = None
         #: A stream to open at a cluster time instead of the token, with the edges to
         #: probe as of the moment before it (migrations that joined a running stream).

@@ -1,6 +1,8 @@
-"""Where background migrations keep their state: one state document per migration
-and one document per partition.
+"""The partitions of a background migration's plans, and the leases lanes hold on them.
 
+One concept, so one module: a plan's partitions are inserted and committed
+(:meth:`PartitionDocuments.commit_plan`), claimed under a lease, checkpointed,
+released, failed or reaped, and their counters summed for the state's roll-up.
 Every method is one or a few atomic MongoDB operations; none reads then writes on
 the client's say-so where a concurrent process could slip in between. The
 invariants callers rely on (DESIGN §3.3):
@@ -26,46 +28,28 @@ never appear in messages or logs.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import pendulum
 from pymongo import ASCENDING, ReturnDocument
 from pymongo.client_session import ClientSession
-from pymongo.collection import Collection
-from pymongo.database import Database
 from pymongo.errors import DuplicateKeyError
 
-from migronaut_core.config import BackgroundCollections
+from migronaut_core.background.store.states import (
+    MAX_DOC_ERRORS,
+    Document,
+    StateDocuments,
+    utc_now,
+)
 from migronaut_core.errors import LeaseLost
 
-#: The state document layout this release writes; a newer one is left alone.
-STATE_SCHEMA = 1
-#: Failed document ids kept on a state (one more marks "and more").
-MAX_BAD_IDS = 10_000
-#: Document error entries kept on a state and on a partition.
-MAX_DOC_ERRORS = 100
-#: Control history entries kept on a state.
-MAX_HISTORY = 100
-
 OPEN_STATUSES = ("pending", "running")
-
-Document = dict[str, Any]
-
-
-def _now() -> Any:
-    return pendulum.now("UTC")
 
 
 def _lease_expired() -> Document:
     """``$expr`` true for a partition whose lease lapsed by the server's clock."""
     return {"$lt": [{"$add": ["$lease.renewed_at", "$lease.ttl_ms"]}, "$$NOW"]}
-
-
-def _literal_fields(fields: Mapping[str, Any]) -> Document:
-    """Field values for a pipeline ``$set``: no value is read as an expression."""
-    return {key: {"$literal": value} for key, value in fields.items()}
 
 
 def open_partitions_filter(name: str, *, generation: int, plan: str) -> Document:
@@ -81,10 +65,6 @@ def open_partitions_filter(name: str, *, generation: int, plan: str) -> Document
 def live_leases_filter(name: str) -> Document:
     """Partitions whose lease has not lapsed by the server's clock."""
     return {"migration": name, "lease": {"$exists": True}, "$expr": {"$not": [_lease_expired()]}}
-
-
-#: What a watcher of lanes (the Airflow trigger) needs of a state document.
-LANES_STATE_PROJECTION: Mapping[str, int] = {"status": 1, "generation": 1, "plan.token": 1}
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,17 +126,14 @@ class GenerationTotals:
     last_error: str | None
 
 
-class BackgroundStore:
-    """State and partitions of background migrations in one database."""
+class PartitionDocuments(StateDocuments):
+    """The partitions of background migrations, beside their state documents.
 
-    def __init__(self, db: Database[Document], names: BackgroundCollections) -> None:
-        self.db = db
-        self.states: Collection[Document] = db[names.state]
-        self.partitions: Collection[Document] = db[names.partitions]
-
-    # -- indexes ---------------------------------------------------------------------
+    A plan commits against its state (a compare-and-set), hence the base class.
+    """
 
     def ensure_indexes(self) -> None:
+        """Create the indexes the invariants need; idempotent."""
         """Create the indexes the invariants need; idempotent."""
         self.partitions.create_index(
             [
@@ -179,137 +156,7 @@ class BackgroundStore:
             unique=True,
             partialFilterExpression={"lease.group_slot": {"$exists": True}},
         )
-        self.states.create_index([("status", ASCENDING)], name="status")
-        self.states.create_index([("requires", ASCENDING), ("status", ASCENDING)], name="requires")
-
-    # -- state documents ---------------------------------------------------------------
-
-    def get(self, name: str, *, projection: Mapping[str, Any] | None = None) -> Document | None:
-        return self.states.find_one({"_id": name}, projection)
-
-    def get_many(self, names: Sequence[str]) -> dict[str, Document]:
-        return {doc["_id"]: doc for doc in self.states.find({"_id": {"$in": list(names)}})}
-
-    def list_states(self, query: Mapping[str, Any] | None = None) -> list[Document]:
-        return list(self.states.find(dict(query or {}), {"history": 0}).sort("created_at", 1))
-
-    def register(
-        self,
-        name: str,
-        fields: Mapping[str, Any],
-        *,
-        action: str = "register",
-        by: str | None = None,
-        session: ClientSession | None = None,
-    ) -> Document:
-        """Start a registration afresh (a first ``up``, or a ``down`` that reverts).
-
-        The partitions of any earlier registration go: a lane still working one
-        finds its lease gone at its next write. The history is kept.
-        """
-        self.partitions.delete_many({"migration": name}, session=session)
-        now = _now()
-        fresh = {
-            "schema": STATE_SCHEMA,
-            "registration": uuid.uuid4().hex,
-            "phase": "partition",
-            "generation": 0,
-            "pass": 0,
-            "rolled_generation": 0,
-            "totals": {},
-            "bad_ids": [],
-            "doc_errors": [],
-            "failed_partitions": 0,
-            "last_error": None,
-            "updated_at": now,
-            "registered_at": now,
-            **fields,
-        }
-        entry = {"action": action, "to": fields.get("status"), "by": by, "at": now}
-        doc = self.states.find_one_and_update(
-            {"_id": name},
-            {
-                "$set": fresh,
-                "$unset": {
-                    "plan": "",
-                    "started_at": "",
-                    "completed_at": "",
-                    "failed_at": "",
-                    "coordinator": "",
-                    "round": "",
-                    "control": "",
-                },
-                "$setOnInsert": {"created_at": now},
-                "$push": {"history": {"$each": [entry], "$slice": -MAX_HISTORY}},
-            },
-            upsert=True,
-            return_document=ReturnDocument.AFTER,
-            session=session,
-        )
-        assert doc is not None
-        return doc
-
-    def delete(self, name: str, *, session: ClientSession | None = None) -> None:
-        """Forget a background migration entirely (a withdrawn registration)."""
-        self.partitions.delete_many({"migration": name}, session=session)
-        self.states.delete_one({"_id": name}, session=session)
-
-    def set(self, name: str, fields: Mapping[str, Any]) -> None:
-        self.states.update_one({"_id": name}, {"$set": {**fields, "updated_at": _now()}})
-
-    def cas(
-        self, name: str, expected: Mapping[str, Any], update: Mapping[str, Any]
-    ) -> Document | None:
-        """Apply ``update`` if the state still matches ``expected``; the state after, or None."""
-        return self.states.find_one_and_update(
-            {"_id": name, **expected}, dict(update), return_document=ReturnDocument.AFTER
-        )
-
-    def move(
-        self,
-        name: str,
-        *,
-        from_statuses: Iterable[str],
-        to: str,
-        action: str,
-        fields: Mapping[str, Any] | None = None,
-        by: str | None = None,
-        reason: str | None = None,
-    ) -> Document | None:
-        """Change the status if it is one of ``from_statuses``, recording it in ``history``.
-
-        Returns the state after, or None when the status was not one of them (a
-        concurrent move won; judge again from what it is now).
-        """
-        entry: Document = {"action": action, "from": "$status", "to": to, "at": "$$NOW"}
-        if by is not None:
-            entry["by"] = {"$literal": by}
-        if reason is not None:
-            entry["reason"] = {"$literal": reason}
-        history = {
-            "$slice": [{"$concatArrays": [{"$ifNull": ["$history", []]}, [entry]]}, -MAX_HISTORY]
-        }
-        stage = {
-            **_literal_fields(fields or {}),
-            "status": to,
-            "history": history,
-            "updated_at": "$$NOW",
-        }
-        return self.states.find_one_and_update(
-            {"_id": name, "status": {"$in": list(from_statuses)}},
-            [{"$set": stage}],
-            return_document=ReturnDocument.AFTER,
-        )
-
-    def note(self, name: str, entry: Mapping[str, Any]) -> None:
-        """Record an operator's act that changes no status (an unlock) in ``history``."""
-        self.states.update_one(
-            {"_id": name},
-            {
-                "$push": {"history": {"$each": [{**entry, "at": _now()}], "$slice": -MAX_HISTORY}},
-                "$set": {"updated_at": _now()},
-            },
-        )
+        super().ensure_indexes()
 
     # -- plans -----------------------------------------------------------------------
 
@@ -334,7 +181,7 @@ class BackgroundStore:
         """
         token = uuid.uuid4().hex
         target = generation + 1 if new_pass else generation
-        now = _now()
+        now = utc_now()
         if scopes:
             self.partitions.insert_many(
                 [
@@ -401,7 +248,7 @@ class BackgroundStore:
                 "plan": plan,
                 "status": {"$in": list(OPEN_STATUSES)},
             },
-            {"$set": {"status": "superseded", "updated_at": _now()}},
+            {"$set": {"status": "superseded", "updated_at": utc_now()}},
         )
         return result.modified_count
 
@@ -420,7 +267,7 @@ class BackgroundStore:
         from_statuses: Sequence[str] = OPEN_STATUSES,
     ) -> int:
         """Move a plan's partitions in ``from_statuses`` to ``status`` (cancel, retry)."""
-        update: Document = {"$set": {"status": status, "updated_at": _now()}}
+        update: Document = {"$set": {"status": status, "updated_at": utc_now()}}
         if status == "pending":
             update["$set"]["slice_failures"] = 0
             update["$unset"] = {"last_error": ""}
@@ -441,7 +288,7 @@ class BackgroundStore:
         """Drop leases that lapsed by the server's clock; their partitions become claimable."""
         result = self.partitions.update_many(
             {"migration": name, "lease": {"$exists": True}, "$expr": _lease_expired()},
-            {"$unset": {"lease": ""}, "$set": {"updated_at": _now()}},
+            {"$unset": {"lease": ""}, "$set": {"updated_at": utc_now()}},
         )
         return result.modified_count
 
@@ -505,7 +352,7 @@ class BackgroundStore:
                             "lease.owner": owner,
                             "lease.slot": slot,
                             "lease.ttl_ms": ttl_ms,
-                            "updated_at": _now(),
+                            "updated_at": utc_now(),
                         },
                         "$currentDate": {"lease.renewed_at": True, "lease.claimed_at": True},
                     },
@@ -588,7 +435,7 @@ class BackgroundStore:
                 "lease.owner": owner,
                 "lease.slot": free[0],
                 "lease.ttl_ms": ttl_ms,
-                "updated_at": _now(),
+                "updated_at": utc_now(),
             }
             target = {**claimable, "group": {"$exists": False} if group is None else group}
             if group is not None:
@@ -648,7 +495,7 @@ class BackgroundStore:
         :raises LeaseLost: the lease is not ours any more; nothing was written.
         """
         update: Document = {
-            "$set": {"cursor": dict(cursor), "updated_at": _now()},
+            "$set": {"cursor": dict(cursor), "updated_at": utc_now()},
             "$currentDate": {"lease.renewed_at": True},
         }
         increments = {f"counters.{key}": value for key, value in counters.items() if value}
@@ -709,7 +556,7 @@ class BackgroundStore:
     def release(self, lease: Lease) -> bool:
         """Give a partition back (work left on it); False if the lease was already gone."""
         result = self.partitions.update_one(
-            self._fenced(lease), {"$unset": {"lease": ""}, "$set": {"updated_at": _now()}}
+            self._fenced(lease), {"$unset": {"lease": ""}, "$set": {"updated_at": utc_now()}}
         )
         return result.matched_count == 1
 
@@ -719,7 +566,7 @@ class BackgroundStore:
             self._fenced(lease),
             {
                 "$inc": {"slice_failures": 1},
-                "$set": {"last_error": error, "updated_at": _now()},
+                "$set": {"last_error": error, "updated_at": utc_now()},
                 "$unset": {"lease": ""},
             },
             return_document=ReturnDocument.AFTER,
@@ -736,7 +583,7 @@ class BackgroundStore:
         self.partitions.update_one(
             self._fenced(lease),
             {
-                "$set": {"status": "failed", "last_error": error, "updated_at": _now()},
+                "$set": {"status": "failed", "last_error": error, "updated_at": utc_now()},
                 "$unset": {"lease": ""},
             },
         )

@@ -1,0 +1,66 @@
+"""Where background migrations keep their state, and the only code that touches it.
+
+- :mod:`.states`: one state document per migration (status moves, history,
+  compare-and-set, the caps on what a state keeps);
+- :mod:`.partitions`: the partitions of its plans and the leases lanes hold
+  on them (claims, checkpoints, release, reap, the roll-up sums);
+- :mod:`.watch`: the drift watcher's rows, one per watched collection.
+
+:class:`BackgroundStore` is the one handle callers use for the first two;
+every name a caller may import is re-exported here.
+"""
+
+from __future__ import annotations
+
+from migronaut_core.background.store.partitions import (
+    OPEN_STATUSES,
+    Claim,
+    GenerationTotals,
+    Lease,
+    PartitionCounts,
+    PartitionDocuments,
+    live_leases_filter,
+    open_partitions_filter,
+)
+from migronaut_core.background.store.states import (
+    LANES_STATE_PROJECTION,
+    MAX_BAD_IDS,
+    MAX_DOC_ERRORS,
+    MAX_HISTORY,
+    STATE_SCHEMA,
+    Document,
+)
+from migronaut_core.background.store.watch import (
+    STREAMING_FRESH_SECONDS,
+    WATCH_COUNTERS,
+    Fence,
+    WatchStore,
+    watch_view,
+)
+
+
+class BackgroundStore(PartitionDocuments):
+    """State and partitions of background migrations in one database."""
+
+
+__all__ = [
+    "LANES_STATE_PROJECTION",
+    "MAX_BAD_IDS",
+    "MAX_DOC_ERRORS",
+    "MAX_HISTORY",
+    "OPEN_STATUSES",
+    "STATE_SCHEMA",
+    "STREAMING_FRESH_SECONDS",
+    "WATCH_COUNTERS",
+    "BackgroundStore",
+    "Claim",
+    "Document",
+    "Fence",
+    "GenerationTotals",
+    "Lease",
+    "PartitionCounts",
+    "WatchStore",
+    "live_leases_filter",
+    "open_partitions_filter",
+    "watch_view",
+]

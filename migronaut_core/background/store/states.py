@@ -1,0 +1,193 @@
+"""The state documents: one per background migration, with its status history.
+
+:class:`StateDocuments` reads and writes them; every write is one atomic update
+(a status moves only from the statuses its caller names, a compare-and-set
+applies only to the state it expected). The caps on what a state keeps
+(:data:`MAX_BAD_IDS`, :data:`MAX_DOC_ERRORS`, :data:`MAX_HISTORY`) and the layout
+version (:data:`STATE_SCHEMA`) live here too.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import pendulum
+from pymongo import ASCENDING, ReturnDocument
+from pymongo.client_session import ClientSession
+from pymongo.collection import Collection
+from pymongo.database import Database
+
+from migronaut_core.config import BackgroundCollections
+
+#: The state document layout this release writes; a newer one is left alone.
+STATE_SCHEMA = 1
+#: Failed document ids kept on a state (one more marks "and more").
+MAX_BAD_IDS = 10_000
+#: Document error entries kept on a state and on a partition.
+MAX_DOC_ERRORS = 100
+#: Control history entries kept on a state.
+MAX_HISTORY = 100
+
+Document = dict[str, Any]
+
+#: What a watcher of lanes (the Airflow trigger) needs of a state document.
+LANES_STATE_PROJECTION: Mapping[str, int] = {"status": 1, "generation": 1, "plan.token": 1}
+
+
+def utc_now() -> Any:
+    """The current time in UTC."""
+    return pendulum.now("UTC")
+
+
+def _literal_fields(fields: Mapping[str, Any]) -> Document:
+    """Field values for a pipeline ``$set``: no value is read as an expression."""
+    return {key: {"$literal": value} for key, value in fields.items()}
+
+
+class StateDocuments:
+    """The state documents of background migrations in one database.
+
+    It knows the partitions collection too: a fresh registration, and a
+    forgotten migration, take their partitions with them.
+    """
+
+    def __init__(self, db: Database[Document], names: BackgroundCollections) -> None:
+        self.db = db
+        self.states: Collection[Document] = db[names.state]
+        self.partitions: Collection[Document] = db[names.partitions]
+
+    def ensure_indexes(self) -> None:
+        """Create the indexes state queries need; idempotent."""
+        self.states.create_index([("status", ASCENDING)], name="status")
+        self.states.create_index([("requires", ASCENDING), ("status", ASCENDING)], name="requires")
+
+    def get(self, name: str, *, projection: Mapping[str, Any] | None = None) -> Document | None:
+        return self.states.find_one({"_id": name}, projection)
+
+    def get_many(self, names: Sequence[str]) -> dict[str, Document]:
+        return {doc["_id"]: doc for doc in self.states.find({"_id": {"$in": list(names)}})}
+
+    def list_states(self, query: Mapping[str, Any] | None = None) -> list[Document]:
+        return list(self.states.find(dict(query or {}), {"history": 0}).sort("created_at", 1))
+
+    def register(
+        self,
+        name: str,
+        fields: Mapping[str, Any],
+        *,
+        action: str = "register",
+        by: str | None = None,
+        session: ClientSession | None = None,
+    ) -> Document:
+        """Start a registration afresh (a first ``up``, or a ``down`` that reverts).
+
+        The partitions of any earlier registration go: a lane still working one
+        finds its lease gone at its next write. The history is kept.
+        """
+        self.partitions.delete_many({"migration": name}, session=session)
+        now = utc_now()
+        fresh = {
+            "schema": STATE_SCHEMA,
+            "registration": uuid.uuid4().hex,
+            "phase": "partition",
+            "generation": 0,
+            "pass": 0,
+            "rolled_generation": 0,
+            "totals": {},
+            "bad_ids": [],
+            "doc_errors": [],
+            "failed_partitions": 0,
+            "last_error": None,
+            "updated_at": now,
+            "registered_at": now,
+            **fields,
+        }
+        entry = {"action": action, "to": fields.get("status"), "by": by, "at": now}
+        doc = self.states.find_one_and_update(
+            {"_id": name},
+            {
+                "$set": fresh,
+                "$unset": {
+                    "plan": "",
+                    "started_at": "",
+                    "completed_at": "",
+                    "failed_at": "",
+                    "coordinator": "",
+                    "round": "",
+                    "control": "",
+                },
+                "$setOnInsert": {"created_at": now},
+                "$push": {"history": {"$each": [entry], "$slice": -MAX_HISTORY}},
+            },
+            upsert=True,
+            return_document=ReturnDocument.AFTER,
+            session=session,
+        )
+        assert doc is not None
+        return doc
+
+    def delete(self, name: str, *, session: ClientSession | None = None) -> None:
+        """Forget a background migration entirely (a withdrawn registration)."""
+        self.partitions.delete_many({"migration": name}, session=session)
+        self.states.delete_one({"_id": name}, session=session)
+
+    def set(self, name: str, fields: Mapping[str, Any]) -> None:
+        self.states.update_one({"_id": name}, {"$set": {**fields, "updated_at": utc_now()}})
+
+    def cas(
+        self, name: str, expected: Mapping[str, Any], update: Mapping[str, Any]
+    ) -> Document | None:
+        """Apply ``update`` if the state still matches ``expected``; the state after, or None."""
+        return self.states.find_one_and_update(
+            {"_id": name, **expected}, dict(update), return_document=ReturnDocument.AFTER
+        )
+
+    def move(
+        self,
+        name: str,
+        *,
+        from_statuses: Iterable[str],
+        to: str,
+        action: str,
+        fields: Mapping[str, Any] | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+    ) -> Document | None:
+        """Change the status if it is one of ``from_statuses``, recording it in ``history``.
+
+        Returns the state after, or None when the status was not one of them (a
+        concurrent move won; judge again from what it is now).
+        """
+        entry: Document = {"action": action, "from": "$status", "to": to, "at": "$$NOW"}
+        if by is not None:
+            entry["by"] = {"$literal": by}
+        if reason is not None:
+            entry["reason"] = {"$literal": reason}
+        history = {
+            "$slice": [{"$concatArrays": [{"$ifNull": ["$history", []]}, [entry]]}, -MAX_HISTORY]
+        }
+        stage = {
+            **_literal_fields(fields or {}),
+            "status": to,
+            "history": history,
+            "updated_at": "$$NOW",
+        }
+        return self.states.find_one_and_update(
+            {"_id": name, "status": {"$in": list(from_statuses)}},
+            [{"$set": stage}],
+            return_document=ReturnDocument.AFTER,
+        )
+
+    def note(self, name: str, entry: Mapping[str, Any]) -> None:
+        """Record an operator's act that changes no status (an unlock) in ``history``."""
+        self.states.update_one(
+            {"_id": name},
+            {
+                "$push": {
+                    "history": {"$each": [{**entry, "at": utc_now()}], "$slice": -MAX_HISTORY}
+                },
+                "$set": {"updated_at": utc_now()},
+            },
+        )
