@@ -28,7 +28,7 @@ from pymongo.errors import PyMongoError
 
 from migronaut_core import files
 from migronaut_core.background.runtime import Runtime
-from migronaut_core.background.store import STREAMING_FRESH_SECONDS, WatchStore, live_leases_filter
+from migronaut_core.background.store import STREAMING_FRESH_SECONDS, WatchStore
 from migronaut_core.errors import MigronautError
 
 #: A running migration without progress for this long (and no live lease) is stalled.
@@ -129,7 +129,7 @@ def _stall_findings(
     ]
     if not seen or at - max(seen) < timedelta(seconds=stale_after_seconds):
         return
-    if rt.store.partitions.count_documents(live_leases_filter(name), limit=1):
+    if rt.store.has_live_lease(name):
         return
     minutes = (at - max(seen)).total_seconds() / 60
     yield Finding(

@@ -179,7 +179,7 @@ def _work(
         },
     )
     throttle = Throttle.for_job(
-        job, partition, client=rt.client, warn=rt.warn_once, namespace=rt.store.states.full_name
+        job, partition, client=rt.client, warn=rt.warn_once, namespace=rt.store.namespace
     )
     try:
         with LeaseKeeper(rt, lease) as keeper:

@@ -601,6 +601,10 @@ class PartitionDocuments(StateDocuments):
         """Leases not lapsed by the server's clock, over every generation."""
         return self.partitions.count_documents(live_leases_filter(name))
 
+    def has_live_lease(self, name: str) -> bool:
+        """Whether any lease of the migration has not lapsed by the server's clock."""
+        return self.partitions.count_documents(live_leases_filter(name), limit=1) > 0
+
     def partition_counts(self, name: str, *, generation: int, plan: str) -> PartitionCounts:
         rows = self.partitions.aggregate(
             [

@@ -58,6 +58,11 @@ class StateDocuments:
         self.states: Collection[Document] = db[names.state]
         self.partitions: Collection[Document] = db[names.partitions]
 
+    @property
+    def namespace(self) -> str:
+        """The state collection's full name: what tells apart deployments in one process."""
+        return self.states.full_name
+
     def ensure_indexes(self) -> None:
         """Create the indexes state queries need; idempotent."""
         self.states.create_index([("status", ASCENDING)], name="status")
