@@ -22,6 +22,7 @@ from typing import Any
 import pendulum
 
 from migronaut_core.background.cancel import CancelToken
+from migronaut_core.background.control.states import TERMINAL
 from migronaut_core.background.engine.steps import STEP_SCOPE
 from migronaut_core.background.job import (
     Job,
@@ -33,12 +34,7 @@ from migronaut_core.background.job import (
 from migronaut_core.background.lifecycle import fail_state, try_unblock
 from migronaut_core.background.planning.partition import Plan
 from migronaut_core.background.runtime import Runtime
-from migronaut_core.background.spec import (
-    TERMINAL,
-    exclude_bad_ids,
-    match_hash,
-    match_of,
-)
+from migronaut_core.background.spec import exclude_bad_ids, match_hash, match_of
 from migronaut_core.background.store import MAX_BAD_IDS, MAX_DOC_ERRORS, STATE_SCHEMA
 from migronaut_core.errors import (
     ChecksumMismatchError,

@@ -15,28 +15,22 @@ import pytest
 from bson import Int64, ObjectId
 from bson.binary import Binary
 
+from migronaut_core.background.control.states import STATUSES, TERMINAL, Transition, transition
 from migronaut_core.background.spec import (
     MAX_CHECKPOINT_BYTES,
-    STATUSES,
-    TERMINAL,
     AdaptiveSettings,
     BackgroundFunctions,
     BackgroundSpec,
     PartitionSettings,
     ThrottleSettings,
     TransactionSettings,
-    Transition,
     check_slice_ms,
     exclude_bad_ids,
     match_hash,
     match_of,
-    resolve_loaded,
     resolve_spec,
-    sources_of,
-    transition,
 )
 from migronaut_core.errors import BackgroundConflictError, ConfigInvalidError
-from migronaut_core.files import LoadedMigration
 
 NAME = "20240501120000_split_names"
 SECRET = "s3cr3t-value-never-shown"
@@ -438,20 +432,9 @@ def test_module_may_be_a_mapping() -> None:
     assert fns.migrate is migrate
 
 
-def test_resolve_loaded() -> None:
+def test_module_with_declared_versioning() -> None:
     mod = module(migrate=migrate, revert=revert)
-    loaded = LoadedMigration(
-        name=NAME,
-        kind="background",
-        checksum="0" * 64,
-        module=mod,
-        up=None,
-        down=None,
-        description=None,
-        requires=(),
-        use_transaction=None,
-    )
-    spec, fns = resolve_loaded(loaded, versioning={"field": "_v"})
+    spec, fns = resolve_spec(NAME, mod, versioning={"field": "_v"})
     assert spec.reversible
     assert fns.revert is revert
 
@@ -813,14 +796,8 @@ def test_unknown_status_conflicts() -> None:
         transition("unregistered", "pause", migration=NAME)
 
 
-def test_terminal_and_sources() -> None:
+def test_terminal() -> None:
     assert frozenset({"completed", "failed", "cancelled"}) == TERMINAL
-    assert sources_of("cancel") == ("pending", "blocked", "running", "paused", "failed")
-    assert sources_of("complete") == ("pending", "running")
-    assert sources_of("fail") == ("pending", "blocked", "running")
-    assert sources_of("unblock") == ("blocked",)
-    assert sources_of("plan") == ("pending",)
-    assert sources_of("reopen") == ("completed",)
 
 
 # ─── Small constants and checks ───────────────────────────────────────────────

@@ -16,15 +16,10 @@ from typing import Any, Literal
 import pendulum
 
 from migronaut_core.background.cancel import CancelToken
+from migronaut_core.background.control.states import TERMINAL, transition
 from migronaut_core.background.lifecycle import waiting_for
 from migronaut_core.background.runtime import Runtime
-from migronaut_core.background.spec import (
-    TERMINAL,
-    BackgroundSpec,
-    Direction,
-    match_hash,
-    transition,
-)
+from migronaut_core.background.spec import BackgroundSpec, Direction, match_hash
 from migronaut_core.changelog import Actor
 from migronaut_core.errors import BackgroundConflictError
 

@@ -1,0 +1,107 @@
+"""The status state machine of a background migration, beside the controls that move it.
+
+:data:`STATUSES` and :data:`TERMINAL` name where a migration can be;
+:func:`transition` says where an action (a control: pause, resume, cancel,
+retry, reopen; or the engine's own: plan, complete, fail, unblock) takes it, or
+refuses it. Pure: the caller writes the move with a compare-and-set on ``status``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final, Literal, TypeAlias, cast, get_args
+
+from migronaut_core.errors import BackgroundConflictError, ConfigInvalidError
+
+Status: TypeAlias = Literal[
+    "pending", "blocked", "running", "paused", "completed", "failed", "cancelled"
+]
+Phase: TypeAlias = Literal["partition", "process", "replan"]
+ControlAction: TypeAlias = Literal["pause", "resume", "cancel", "retry", "reopen"]
+#: Control actions plus the engine's own moves.
+Action: TypeAlias = Literal[
+    "pause", "resume", "cancel", "retry", "reopen", "plan", "complete", "fail", "unblock"
+]
+Applied: TypeAlias = Literal["changed", "unchanged"]
+
+STATUSES: Final[tuple[Status, ...]] = get_args(Status)
+#: Statuses nothing moves out of on its own; only a control action does.
+TERMINAL: Final[frozenset[Status]] = frozenset({"completed", "failed", "cancelled"})
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """Where an action takes a background migration.
+
+    ``applied == "unchanged"`` means the migration already is where the
+    action leads (``to`` is its current status): nothing to write.
+    """
+
+    to: Status
+    applied: Applied
+
+
+_ACTIVE: Final[tuple[Status, ...]] = ("pending", "blocked", "running")
+
+#: action -> status -> the status it moves to, or None: already there.
+#: A status that is not listed is a conflict.
+_MOVES: Final[Mapping[str, Mapping[str, Status | None]]] = {
+    "pause": {**dict.fromkeys(_ACTIVE, "paused"), "paused": None},
+    "resume": {"paused": "pending", **dict.fromkeys(_ACTIVE, None)},
+    "cancel": {
+        **dict.fromkeys((*_ACTIVE, "paused", "failed"), "cancelled"),
+        "cancelled": None,
+    },
+    "retry": {"failed": "pending", "cancelled": "pending", **dict.fromkeys(_ACTIVE, None)},
+    "reopen": {"completed": "pending"},
+    "plan": {"pending": "running", "running": None},
+    "complete": {"pending": "completed", "running": "completed", "completed": None},
+    "fail": {**dict.fromkeys(_ACTIVE, "failed"), "failed": None},
+    "unblock": {"blocked": "pending", "pending": None, "running": None},
+}
+
+#: What a refused move tells the person who asked for it.
+_HINTS: Final[Mapping[tuple[str, str], str]] = {
+    ("retry", "paused"): "resume it instead",
+    ("retry", "completed"): "reopen it to run it again",
+    ("resume", "failed"): "retry it instead",
+    ("resume", "cancelled"): "retry it instead",
+    ("resume", "completed"): "reopen it to run it again",
+    ("pause", "completed"): "it has finished",
+    ("cancel", "completed"): "it has finished; roll it back with down instead",
+}
+
+
+def transition(status: str, action: str, *, migration: str) -> Transition:
+    """Return where ``action`` takes a migration that is ``status``.
+
+    Control actions: ``pause``, ``resume`` (to ``pending``; the caller
+    refines it to ``running`` or ``blocked``), ``cancel``, ``retry`` (the
+    caller turns a retry of a completed migration into ``reopen``),
+    ``reopen``. The engine's moves: ``plan`` (pending → running),
+    ``complete``, ``fail``, ``unblock`` (blocked → pending). Pure: the
+    caller writes the move with a compare-and-set on ``status``.
+
+    :raises BackgroundConflictError: the action does not fit the status;
+        ``context`` is ``{"migration", "action", "status"}``.
+    :raises ConfigInvalidError: ``action`` is not an action.
+    """
+    moves = _MOVES.get(action)
+    if moves is None:
+        raise ConfigInvalidError(
+            f"background migration {migration}: unknown action {str(action)[:40]!r}, "
+            f"expected one of {', '.join(_MOVES)}",
+            {"migration": migration, "key": "action"},
+        )
+    if status not in moves:
+        hint = _HINTS.get((action, status))
+        raise BackgroundConflictError(
+            f"cannot {action} background migration {migration}: it is {status}"
+            + (f" ({hint})" if hint else ""),
+            {"migration": migration, "action": action, "status": status},
+        )
+    target = moves[status]
+    if target is None:
+        return Transition(to=cast(Status, status), applied="unchanged")
+    return Transition(to=target, applied="changed")

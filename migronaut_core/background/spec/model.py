@@ -1,0 +1,241 @@
+"""The spec model: a background migration's validated settings and its functions.
+
+:class:`BackgroundSpec` is the validated ``background = {...}`` mapping of a
+migration file (DESIGN §3.1), with its settings groups
+(:class:`TransactionSettings`, :class:`PartitionSettings`,
+:class:`ThrottleSettings`, :class:`AdaptiveSettings`), and
+:class:`BackgroundFunctions` the module-level functions beside it. A spec is
+stored in the state document when the migration is registered
+(:meth:`BackgroundSpec.to_document`) and read back from there by running lanes
+(:meth:`BackgroundSpec.from_document`): the stored spec, not the file, is what a
+registered migration runs by. Instances come validated from
+:mod:`~migronaut_core.background.spec.validation`; pure data, no database.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal, TypeAlias
+
+from migronaut_core.versioning import clone_document
+
+Mode: TypeAlias = Literal["declarative", "step"]
+Direction: TypeAlias = Literal["forward", "revert"]
+Transform: TypeAlias = Callable[..., Any]
+
+#: The largest checkpoint a ``step(ctx)`` may return (BSON size of ``{checkpoint: ...}``).
+MAX_CHECKPOINT_BYTES: Final = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionSettings:
+    """How a batch (or a step) runs inside a transaction.
+
+    :param timeout_ms: the commit's time limit (100-600000, default 30000).
+    :param max_retries: how often a transient transaction error is retried
+        before the batch fails (0-50, default 8).
+    """
+
+    timeout_ms: int = 30_000
+    max_retries: int = 8
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionSettings:
+    """How a pass is split into ``_id`` ranges.
+
+    :param max_partitions: at most this many partitions per pass (1-10000;
+        default ``max(4 * max_parallel, 16)``).
+    :param sample_size: ``_id``s sampled to pick split points (1-100000, default 1000).
+    :param sample_timeout_ms: the sample's time budget; past it the plan is
+        marked degraded and uses fewer, larger ranges (100-600000, default 5000).
+    :param estimate_above: matching documents counted exactly; past this many a
+        pass's size is estimated from a random sample of the collection, so
+        planning stops growing with it (1-1000000000, default 100000).
+    """
+
+    max_partitions: int = 16
+    sample_size: int = 1_000
+    sample_timeout_ms: int = 5_000
+    estimate_above: int = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class ThrottleSettings:
+    """Fixed pauses between batches and a replication-lag ceiling.
+
+    :param pause_ms: sleep this long before every batch (0-3600000, default 0).
+    :param max_lag_ms: wait while a secondary lags more than this
+        (0-86400000), or ``None`` (default) to ignore replication lag.
+    """
+
+    pause_ms: int = 0
+    max_lag_ms: int | None = None
+
+    @property
+    def active(self) -> bool:
+        """Whether this throttle ever waits."""
+        return self.pause_ms > 0 or self.max_lag_ms is not None
+
+
+@dataclass(frozen=True, slots=True)
+class AdaptiveSettings:
+    """AIMD batch sizing: grow additively while batches are fast, shrink on load.
+
+    A lane starts at the spec's ``batch_size`` clamped into
+    ``[min_batch_size, max_batch_size]``; a batch faster than
+    ``target_latency_ms`` adds ``increase`` documents, a slower or overloaded
+    one multiplies the size by ``decrease``. At the floor, an overloaded lane
+    also pauses, up to ``max_pause_ms`` between batches.
+
+    :param min_batch_size: 1-10000; default ``max(1, batch_size // 10)``.
+    :param max_batch_size: 1-10000, at least ``min_batch_size``; default ``batch_size``.
+    :param increase: documents added per fast batch, 1-10000; default
+        ``max(1, batch_size // 10)``.
+    :param decrease: factor per slow batch, strictly between 0 and 1; default 0.5.
+    :param target_latency_ms: 10-600000; default 1000.
+    :param max_pause_ms: 0-600000; default 5000.
+    """
+
+    min_batch_size: int = 50
+    max_batch_size: int = 500
+    increase: int = 50
+    decrease: float = 0.5
+    target_latency_ms: int = 1_000
+    max_pause_ms: int = 5_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BackgroundSpec:
+    """The validated ``background`` mapping of a migration file.
+
+    Build it with :func:`resolve_spec` (from a file) or :meth:`from_document`
+    (from the state document); both guarantee every invariant below. Direct
+    construction skips validation and is meant for tests.
+
+    - ``collection`` is ``None`` only in step mode;
+    - ``field`` and ``revision_field`` are distinct top-level field names, never ``_id``;
+    - ``0 <= from_version < to_version`` (version 0: documents without the field);
+    - ``filter`` is a BSON-normalised query that never tests ``field`` or
+      ``revision_field`` at top level, and is empty in step mode. Treat it as
+      read-only; :func:`match_of` returns a copy to build queries from;
+    - ``transaction`` / ``adaptive`` are ``None`` when off;
+    - ``reversible`` says a revert function exists (``revert``/``revert_batch``,
+      or ``revert_step`` in step mode).
+    """
+
+    collection: str | None = None
+    from_version: int
+    to_version: int
+    field: str = "_v"
+    filter: dict[str, Any] = dataclasses.field(default_factory=dict)
+    mode: Mode = "declarative"
+    batch_size: int = 500
+    max_parallel: int = 4
+    slice_ms: int = 30_000
+    max_passes: int = 5
+    max_conflict_retries: int = 3
+    max_document_errors: int = 0
+    max_slice_failures: int = 5
+    transaction: TransactionSettings | None = None
+    write_concern: dict[str, Any] | None = None
+    revision_field: str | None = None
+    partitions: PartitionSettings = dataclasses.field(default_factory=PartitionSettings)
+    shard_concurrency: int | None = None
+    adaptive: AdaptiveSettings | None = None
+    throttle: ThrottleSettings = dataclasses.field(default_factory=ThrottleSettings)
+    reversible: bool = False
+
+    def source_version(self, direction: Direction) -> int:
+        """Return the version a pass in ``direction`` reads (forward: ``from``)."""
+        return self.to_version if direction == "revert" else self.from_version
+
+    def target_version(self, direction: Direction) -> int:
+        """Return the version a pass in ``direction`` writes (forward: ``to``)."""
+        return self.from_version if direction == "revert" else self.to_version
+
+    def to_document(self) -> dict[str, Any]:
+        """Return the spec as stored in the state document.
+
+        BSON- and (bar BSON values in ``filter``) JSON-safe, keyed like the
+        file (``from``/``to``, snake_case), plus ``reversible``. Off switches
+        are stored as ``False`` (``transaction``, ``adaptive``) or ``None``
+        (``write_concern``, ``revision_field``, ``shard_concurrency``).
+        """
+        return {
+            "collection": self.collection,
+            "field": self.field,
+            "from": self.from_version,
+            "to": self.to_version,
+            "filter": clone_document(self.filter),
+            "mode": self.mode,
+            "batch_size": self.batch_size,
+            "max_parallel": self.max_parallel,
+            "slice_ms": self.slice_ms,
+            "max_passes": self.max_passes,
+            "max_conflict_retries": self.max_conflict_retries,
+            "max_document_errors": self.max_document_errors,
+            "max_slice_failures": self.max_slice_failures,
+            "transaction": _switch_document(self.transaction),
+            "write_concern": dict(self.write_concern) if self.write_concern else None,
+            "revision_field": self.revision_field,
+            "partitions": dataclasses.asdict(self.partitions),
+            "shard_concurrency": self.shard_concurrency,
+            "adaptive": _switch_document(self.adaptive),
+            "throttle": dataclasses.asdict(self.throttle),
+            "reversible": self.reversible,
+        }
+
+    @classmethod
+    def from_document(cls, doc: Mapping[str, Any], *, name: str | None = None) -> BackgroundSpec:
+        """Read back a spec stored by :meth:`to_document`.
+
+        Tolerant of what an older or newer release stored: a missing optional
+        key takes its default, an unknown key is ignored. The values that are
+        there are validated as strictly as a file's.
+
+        :param name: the migration, for error messages.
+        :raises ConfigInvalidError: a value is invalid, or ``from``/``to`` (or a
+            declarative spec's ``collection``) is missing.
+        """
+        # The validation builds specs, so it is imported here, when first needed.
+        from migronaut_core.background.spec.validation import read_stored  # noqa: PLC0415
+
+        return read_stored(doc, name=name)
+
+
+def _switch_document(settings: TransactionSettings | AdaptiveSettings | None) -> Any:
+    return False if settings is None else dataclasses.asdict(settings)
+
+
+@dataclass(frozen=True, slots=True)
+class BackgroundFunctions:
+    """The module-level functions of a background migration file (``None`` when absent).
+
+    Declarative mode: ``migrate(doc, ctx)`` or ``migrate_batch(docs, ctx)``
+    (exactly one), optionally ``revert`` or ``revert_batch`` (at most one).
+    Step mode: ``step(ctx)``, optionally ``revert_step(ctx)``. Either mode may
+    define ``throttle(ctx)``. :func:`resolve_spec` guarantees these rules.
+    """
+
+    migrate: Transform | None = None
+    migrate_batch: Transform | None = None
+    revert: Transform | None = None
+    revert_batch: Transform | None = None
+    step: Transform | None = None
+    revert_step: Transform | None = None
+    throttle: Transform | None = None
+
+    def transforms(self, direction: Direction) -> tuple[Transform | None, Transform | None]:
+        """Return ``(per_document, per_batch)`` for ``direction``; one of them is set
+        for ``forward``, and for ``revert`` when the migration is reversible."""
+        if direction == "revert":
+            return self.revert, self.revert_batch
+        return self.migrate, self.migrate_batch
+
+    def step_for(self, direction: Direction) -> Transform | None:
+        """Return the step function of ``direction`` (``None``: not a step migration,
+        or no way back)."""
+        return self.revert_step if direction == "revert" else self.step

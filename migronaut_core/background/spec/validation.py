@@ -1,0 +1,540 @@
+"""Validating a background migration file: every key checked before anything is written.
+
+:func:`resolve_spec` turns a file's ``background = {...}`` mapping and its
+module-level functions into a :class:`~.model.BackgroundSpec` and a
+:class:`~.model.BackgroundFunctions`; :func:`read_stored` reads a stored spec
+back as strictly (but tolerant of keys another release added or left out).
+Every mistake is a :class:`ConfigInvalidError` whose ``context`` is
+``{"migration": <name>, "key": <key>}`` and whose message names the key and
+what it expects, never the value it got. Filters go through a BSON round trip
+on the way in, so a spec read back from MongoDB equals the one resolved from
+the file (and has the same match hash). Pure: no database, no clock, no logging.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Final, TypeAlias
+
+import bson
+from bson.binary import UuidRepresentation
+from bson.codec_options import CodecOptions
+from bson.errors import BSONError
+
+from migronaut_core.background.spec.model import (
+    AdaptiveSettings,
+    BackgroundFunctions,
+    BackgroundSpec,
+    Mode,
+    PartitionSettings,
+    ThrottleSettings,
+    TransactionSettings,
+    Transform,
+)
+from migronaut_core.errors import ConfigInvalidError
+
+_MAX_INT64: Final = 2**63 - 1
+_MAX_NAME_BYTES: Final = 255
+_SLICE_MS: Final = (100, 3_600_000)
+_FILTER_CODEC: Final[CodecOptions[dict[str, Any]]] = CodecOptions(
+    uuid_representation=UuidRepresentation.STANDARD
+)
+_FUNCTION_NAMES: Final = (
+    "migrate",
+    "migrate_batch",
+    "revert",
+    "revert_batch",
+    "step",
+    "revert_step",
+    "throttle",
+)
+
+
+# ─── Validation machinery ─────────────────────────────────────────────────────
+
+
+class _InvalidError(Exception):
+    """A value that does not fit; ``path`` grows as it leaves nested mappings."""
+
+    def __init__(self, problem: str, *path: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.path = path
+
+    def under(self, key: str) -> _InvalidError:
+        self.path = (key, *self.path)
+        return self
+
+
+_Check: TypeAlias = Callable[[Any], Any]
+#: Marks a key that is absent and whose default is computed from other keys.
+_DERIVED: Final = object()
+
+
+@dataclass(frozen=True, slots=True)
+class _Key:
+    """One key of a mapping: how to check it, and what it is when absent."""
+
+    check: _Check
+    default: Any = _DERIVED
+    required: bool = False
+
+
+def _got(value: Any, expected: type | tuple[type, ...]) -> str:
+    """Name the type a value had when it had the wrong one (its value never)."""
+    if isinstance(value, expected) and not isinstance(value, bool):
+        return ""
+    return f" (got {type(value).__name__})"
+
+
+def _integer(low: int, high: int = _MAX_INT64) -> _Check:
+    span = f">= {low}" if high == _MAX_INT64 else f"between {low} and {high}"
+
+    def check(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise _InvalidError(f"must be an integer {span}{_got(value, int)}")
+        return int(value)
+
+    return check
+
+
+def _fraction(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, float) or not 0.0 < value < 1.0:
+        raise _InvalidError(f"must be a number strictly between 0 and 1{_got(value, float)}")
+    return value
+
+
+def _boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _InvalidError(f"must be True or False (got {type(value).__name__})")
+    return value
+
+
+def _choice(*options: str) -> _Check:
+    def check(value: Any) -> str:
+        if not isinstance(value, str) or value not in options:
+            raise _InvalidError(f"must be one of {', '.join(map(repr, options))}{_got(value, str)}")
+        return value
+
+    return check
+
+
+def _optional(check: _Check) -> _Check:
+    def optional(value: Any) -> Any:
+        return None if value is None else check(value)
+
+    return optional
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise _InvalidError(f"must be a mapping (got {type(value).__name__})")
+    return value
+
+
+def _switch(value: Any) -> Any:
+    """Accept the raw value of an on/off-or-settings key: a bool, ``None`` or a mapping."""
+    if value is None or isinstance(value, bool | Mapping):
+        return value
+    raise _InvalidError(f"must be True, False or a mapping (got {type(value).__name__})")
+
+
+def _fits_name(value: str) -> bool:
+    """Whether ``value`` is valid UTF-8 (no lone surrogates) of at most 255 bytes."""
+    try:
+        return len(value.encode()) <= _MAX_NAME_BYTES
+    except UnicodeEncodeError:
+        return False
+
+
+def _field_name(value: Any) -> str:
+    if (
+        not isinstance(value, str)
+        or not value
+        or value.startswith("$")
+        or "." in value
+        or "\0" in value
+        or not _fits_name(value)
+    ):
+        raise _InvalidError(
+            f"must be a top-level field name (no dots, no leading $){_got(value, str)}"
+        )
+    if value == "_id":
+        raise _InvalidError("cannot be _id")
+    return value
+
+
+def _collection_name(value: Any) -> str:
+    if (
+        not isinstance(value, str)
+        or not value
+        or "$" in value
+        or "\0" in value
+        or value.startswith(".")
+        or value.endswith(".")
+        or not _fits_name(value)
+    ):
+        raise _InvalidError(f"must be a valid collection name{_got(value, str)}")
+    if value.startswith("system."):
+        raise _InvalidError("cannot name a system collection")
+    return value
+
+
+def _w(value: Any) -> int | str:
+    """Accept an acknowledged ``w``: the engine reads modified counts, ``w: 0`` has none."""
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 50:
+        return int(value)
+    raise _InvalidError("must be an integer between 1 and 50, 'majority' or a tag set name")
+
+
+def _suggestion(key: str, known: Sequence[str]) -> str:
+    snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", key).lower()
+    close = [snake] if snake in known else difflib.get_close_matches(key, known, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _read(raw: Any, table: Mapping[str, _Key], *, tolerant: bool = False) -> dict[str, Any]:
+    """Check ``raw`` against ``table``; absent keys get their default (or :data:`_DERIVED`).
+
+    ``tolerant`` ignores keys the table does not know (stored documents).
+    """
+    mapping = _mapping(raw)
+    if not tolerant:
+        for key in mapping:
+            if key not in table:
+                shown = str(key)[:60]
+                raise _InvalidError(
+                    f"is not a known setting{_suggestion(shown, list(table))}", shown
+                )
+    values: dict[str, Any] = {}
+    for key, entry in table.items():
+        if key in mapping:
+            values[key] = _within(key, entry.check, mapping[key])
+        elif entry.required:
+            raise _InvalidError("is required", key)
+        else:
+            values[key] = entry.default
+    return values
+
+
+def _within(key: str, check: Callable[..., Any], *args: Any) -> Any:
+    """Run ``check``, naming ``key`` in the path of whatever it refuses."""
+    try:
+        return check(*args)
+    except _InvalidError as invalid:
+        raise invalid.under(key) from None
+
+
+def _config_error(migration: str, invalid: _InvalidError) -> ConfigInvalidError:
+    key = ".".join(invalid.path) if invalid.path else "background"
+    label = f"background.{key}" if invalid.path else "background"
+    return ConfigInvalidError(
+        f"background migration {migration}: {label} {invalid.problem}",
+        {"migration": migration, "key": key},
+    )
+
+
+# ─── Tables ───────────────────────────────────────────────────────────────────
+
+_FILE_KEYS: Final[Mapping[str, _Key]] = {
+    "collection": _Key(_optional(_collection_name), None),
+    "field": _Key(_field_name),
+    "from": _Key(_integer(0), required=True),
+    "to": _Key(_integer(0), required=True),
+    "filter": _Key(_mapping),
+    "mode": _Key(_choice("declarative", "step"), "declarative"),
+    "batch_size": _Key(_integer(1, 10_000), 500),
+    "max_parallel": _Key(_integer(1, 64), 4),
+    "slice_ms": _Key(_integer(*_SLICE_MS), 30_000),
+    "max_passes": _Key(_integer(1, 100), 5),
+    "max_conflict_retries": _Key(_integer(0, 20), 3),
+    "max_document_errors": _Key(_integer(0), 0),
+    "max_slice_failures": _Key(_integer(1, 1_000), 5),
+    "transaction": _Key(_switch, False),
+    "write_concern": _Key(_optional(_mapping), None),
+    "revision_field": _Key(_optional(_field_name)),
+    "partitions": _Key(_mapping),
+    "shard_concurrency": _Key(_optional(_integer(1, 64)), None),
+    "adaptive": _Key(_switch, False),
+    "throttle": _Key(_mapping),
+}
+_STORED_KEYS: Final[Mapping[str, _Key]] = {**_FILE_KEYS, "reversible": _Key(_boolean, False)}
+
+_TRANSACTION_KEYS: Final[Mapping[str, _Key]] = {
+    "timeout_ms": _Key(_integer(100, 600_000), 30_000),
+    "max_retries": _Key(_integer(0, 50), 8),
+}
+_PARTITION_KEYS: Final[Mapping[str, _Key]] = {
+    "max_partitions": _Key(_integer(1, 10_000)),
+    "sample_size": _Key(_integer(1, 100_000), 1_000),
+    "sample_timeout_ms": _Key(_integer(100, 600_000), 5_000),
+    "estimate_above": _Key(_integer(1, 1_000_000_000), 100_000),
+}
+_THROTTLE_KEYS: Final[Mapping[str, _Key]] = {
+    "pause_ms": _Key(_integer(0, 3_600_000), 0),
+    "max_lag_ms": _Key(_optional(_integer(0, 86_400_000)), None),
+}
+_ADAPTIVE_KEYS: Final[Mapping[str, _Key]] = {
+    "min_batch_size": _Key(_integer(1, 10_000)),
+    "max_batch_size": _Key(_integer(1, 10_000)),
+    "increase": _Key(_integer(1, 10_000)),
+    "decrease": _Key(_fraction, 0.5),
+    "target_latency_ms": _Key(_integer(10, 600_000), 1_000),
+    "max_pause_ms": _Key(_integer(0, 600_000), 5_000),
+}
+_WRITE_CONCERN_KEYS: Final[Mapping[str, _Key]] = {
+    "w": _Key(_w, required=True),
+    "wtimeout": _Key(_integer(0, 86_400_000)),
+    "j": _Key(_boolean),
+}
+
+
+# ─── Assembling a spec ────────────────────────────────────────────────────────
+
+
+def _assemble(
+    values: Mapping[str, Any],
+    declared: Mapping[str, str | None],
+    *,
+    reversible: bool,
+    tolerant: bool,
+) -> BackgroundSpec:
+    """Cross-check the individually valid ``values`` and fill derived defaults."""
+    mode: Mode = values["mode"]
+    if values["collection"] is None and mode == "declarative":
+        raise _InvalidError("is required (a string) for a declarative migration", "collection")
+    field = _pinned("field", values["field"], declared, "_v")
+    revision_field = _pinned("revision_field", values["revision_field"], declared, None)
+    if revision_field is not None and revision_field == field:
+        raise _InvalidError("must differ from background.field", "revision_field")
+    if values["from"] >= values["to"]:
+        raise _InvalidError("must be greater than background.from", "to")
+    raw_filter = {} if values["filter"] is _DERIVED else values["filter"]
+    batch_size: int = values["batch_size"]
+    return BackgroundSpec(
+        collection=values["collection"],
+        from_version=values["from"],
+        to_version=values["to"],
+        field=field,
+        filter=_within("filter", _query, raw_filter, mode, field, revision_field),
+        mode=mode,
+        batch_size=batch_size,
+        max_parallel=values["max_parallel"],
+        slice_ms=values["slice_ms"],
+        max_passes=values["max_passes"],
+        max_conflict_retries=values["max_conflict_retries"],
+        max_document_errors=values["max_document_errors"],
+        max_slice_failures=values["max_slice_failures"],
+        transaction=_within("transaction", _transaction, values["transaction"], tolerant),
+        write_concern=_within("write_concern", _write_concern, values["write_concern"], tolerant),
+        revision_field=revision_field,
+        partitions=_within(
+            "partitions", _partitions, values["partitions"], values["max_parallel"], tolerant
+        ),
+        shard_concurrency=values["shard_concurrency"],
+        adaptive=_within("adaptive", _adaptive, values["adaptive"], batch_size, tolerant),
+        throttle=_within("throttle", _throttle, values["throttle"], tolerant),
+        reversible=reversible,
+    )
+
+
+def _pinned(key: str, given: Any, declared: Mapping[str, str | None], fallback: Any) -> Any:
+    """Return ``key``'s value: the collection's declaration wins, a different explicit one fails."""
+    if key not in declared:
+        return fallback if given is _DERIVED else given
+    if given is not _DERIVED and given != declared[key]:
+        raise _InvalidError(
+            f"conflicts with the collection's declared versioning ({declared[key]!r})", key
+        )
+    return declared[key]
+
+
+def _query(
+    value: Mapping[str, Any], mode: Mode, field: str, revision_field: str | None
+) -> dict[str, Any]:
+    """Return ``value`` as BSON would give it back (native UUIDs as standard binary)."""
+    if not all(isinstance(key, str) for key in value):
+        raise _InvalidError("must have string keys")
+    for name in (field, revision_field):
+        if name is not None and name in value:
+            raise _InvalidError(f"must not test {name!r}: the engine matches versions itself")
+    if value and mode == "step":
+        raise _InvalidError("must be empty in step mode: a step migration matches nothing itself")
+    try:
+        return bson.decode(bson.encode(value, codec_options=_FILTER_CODEC))
+    except (BSONError, TypeError, ValueError, OverflowError):
+        raise _InvalidError("must be a query document MongoDB can encode") from None
+
+
+def _transaction(value: Any, tolerant: bool) -> TransactionSettings | None:
+    if value is None or value is False:
+        return None
+    return TransactionSettings(
+        **_read({} if value is True else value, _TRANSACTION_KEYS, tolerant=tolerant)
+    )
+
+
+def _write_concern(value: Mapping[str, Any] | None, tolerant: bool) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    read = _read(value, _WRITE_CONCERN_KEYS, tolerant=tolerant)
+    return {key: item for key, item in read.items() if item is not _DERIVED}
+
+
+def _partitions(value: Any, max_parallel: int, tolerant: bool) -> PartitionSettings:
+    read = _read({} if value is _DERIVED else value, _PARTITION_KEYS, tolerant=tolerant)
+    if read["max_partitions"] is _DERIVED:
+        read["max_partitions"] = max(4 * max_parallel, 16)
+    return PartitionSettings(**read)
+
+
+def _throttle(value: Any, tolerant: bool) -> ThrottleSettings:
+    return ThrottleSettings(
+        **_read({} if value is _DERIVED else value, _THROTTLE_KEYS, tolerant=tolerant)
+    )
+
+
+def _adaptive(value: Any, batch_size: int, tolerant: bool) -> AdaptiveSettings | None:
+    if value is None or value is False:
+        return None
+    read = _read({} if value is True else value, _ADAPTIVE_KEYS, tolerant=tolerant)
+    tenth = max(1, batch_size // 10)
+    if read["max_batch_size"] is _DERIVED:
+        read["max_batch_size"] = batch_size
+    if read["min_batch_size"] is _DERIVED:
+        read["min_batch_size"] = min(tenth, read["max_batch_size"])
+    if read["increase"] is _DERIVED:
+        read["increase"] = tenth
+    if read["min_batch_size"] > read["max_batch_size"]:
+        raise _InvalidError("must not exceed background.adaptive.max_batch_size", "min_batch_size")
+    return AdaptiveSettings(**read)
+
+
+# ─── Resolving a migration file ───────────────────────────────────────────────
+
+
+def resolve_spec(
+    name: str,
+    module: ModuleType | Mapping[str, Any],
+    *,
+    versioning: Mapping[str, Any] | None = None,
+) -> tuple[BackgroundSpec, BackgroundFunctions]:
+    """Validate a background migration module and return its spec and functions.
+
+    :param name: the migration's id, used in every error.
+    :param module: the imported module, any object with the same attributes,
+        or a mapping of attribute names to values.
+    :param versioning: the collection's declared ``{"field", "revision_field"}``
+        (collection definitions), when it has one. A declared key is the
+        default for the spec and must not be contradicted; keys other than
+        these two are ignored.
+    :raises ConfigInvalidError: anything wrong, with ``context["key"]`` naming
+        the spec key (dotted for nested ones, such as ``transaction.timeout_ms``)
+        or the module attribute (``migrate``, ``step``...) at fault.
+    """
+    export = _exporter(module)
+    functions = _functions(name, export)
+    try:
+        declared = _declared(versioning)
+        values = _read(export("background"), _FILE_KEYS)
+        reversible = _reversible(values["mode"], functions)
+        spec = _assemble(values, declared, reversible=reversible, tolerant=False)
+    except _InvalidError as invalid:
+        raise _config_error(name, invalid) from None
+    _check_functions(name, spec.mode, functions)
+    return spec, functions
+
+
+def read_stored(doc: Mapping[str, Any], *, name: str | None = None) -> BackgroundSpec:
+    """Read back a spec stored by :meth:`BackgroundSpec.to_document`.
+
+    See :meth:`BackgroundSpec.from_document`, which calls this.
+    """
+    label = name if name is not None else "(stored spec)"
+    try:
+        values = _read(doc, _STORED_KEYS, tolerant=True)
+        reversible = values.pop("reversible")
+        return _assemble(values, {}, reversible=reversible, tolerant=True)
+    except _InvalidError as invalid:
+        raise _config_error(label, invalid) from None
+
+
+def _exporter(module: object) -> Callable[[str], Any]:
+    if isinstance(module, Mapping):
+        return module.get
+    return lambda attribute: getattr(module, attribute, None)
+
+
+def _declared(versioning: Mapping[str, Any] | None) -> dict[str, str | None]:
+    if versioning is None:
+        return {}
+    _mapping(versioning)
+    declared: dict[str, str | None] = {}
+    if "field" in versioning:
+        declared["field"] = _within("field", _field_name, versioning["field"])
+    if "revision_field" in versioning:
+        check = _optional(_field_name)
+        declared["revision_field"] = _within("revision_field", check, versioning["revision_field"])
+    return declared
+
+
+def _functions(name: str, export: Callable[[str], Any]) -> BackgroundFunctions:
+    found: dict[str, Transform | None] = {}
+    for attribute in _FUNCTION_NAMES:
+        value = export(attribute)
+        if value is not None and not callable(value):
+            raise _function_error(name, attribute, "must be a function")
+        found[attribute] = value
+    return BackgroundFunctions(**found)
+
+
+def _reversible(mode: Mode, functions: BackgroundFunctions) -> bool:
+    if mode == "step":
+        return functions.revert_step is not None
+    return functions.revert is not None or functions.revert_batch is not None
+
+
+def _check_functions(name: str, mode: Mode, fns: BackgroundFunctions) -> None:
+    """Refuse a missing, ambiguous or wrong-mode transform."""
+    foreign: tuple[str, ...]
+    if mode == "step":
+        foreign = ("migrate", "migrate_batch", "revert", "revert_batch")
+        problem = "is for declarative migrations; a step migration defines step(ctx)"
+        if fns.step is None:
+            raise _function_error(name, "step", "is required: background.mode is 'step'")
+    else:
+        foreign = ("step", "revert_step")
+        problem = "is for step migrations; set background.mode to 'step' to use it"
+        if fns.migrate is None and fns.migrate_batch is None:
+            raise _function_error(name, "migrate", "is required (or migrate_batch)")
+        if fns.migrate is not None and fns.migrate_batch is not None:
+            raise _function_error(name, "migrate_batch", "and migrate are both defined; keep one")
+        if fns.revert is not None and fns.revert_batch is not None:
+            raise _function_error(name, "revert_batch", "and revert are both defined; keep one")
+    for attribute in foreign:
+        if getattr(fns, attribute) is not None:
+            raise _function_error(name, attribute, problem)
+
+
+def _function_error(name: str, attribute: str, problem: str) -> ConfigInvalidError:
+    return ConfigInvalidError(
+        f"background migration {name}: {attribute}() {problem}",
+        {"migration": name, "key": attribute},
+    )
+
+
+def check_slice_ms(value: Any) -> int:
+    """Return ``value`` if it is a valid slice length in milliseconds (100-3600000).
+
+    :raises ConfigInvalidError: with ``context["key"] == "slice_ms"``.
+    """
+    try:
+        return int(_integer(*_SLICE_MS)(value))
+    except _InvalidError as invalid:
+        raise ConfigInvalidError(f"slice_ms {invalid.problem}", {"key": "slice_ms"}) from None
