@@ -32,16 +32,14 @@ never in messages or logs. ``IdRange``'s ``repr`` hides them for that reason.
 
 from __future__ import annotations
 
-import bisect
-import heapq
 import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from bson.decimal128 import Decimal128
-
+from migronaut_core.background.planning.apportion import allocate, equal_weight_spans
+from migronaut_core.background.planning.filters import is_nan
 from migronaut_core.errors import ConfigInvalidError
 from migronaut_core.versioning import bson_equal, bson_type_name, canonical_id_key
 
@@ -223,12 +221,6 @@ def range_filter(id_range: IdRange) -> dict[str, Any]:
     return {"_id": condition}
 
 
-def _is_nan(value: Any) -> bool:
-    if isinstance(value, float):
-        return math.isnan(value)
-    return isinstance(value, Decimal128) and value.to_decimal().is_nan()
-
-
 def keyset_filter(last_id: Any) -> dict[str, Any]:
     """Return the ``_id`` condition for the documents after ``last_id`` in ``_id`` order.
 
@@ -238,7 +230,7 @@ def keyset_filter(last_id: Any) -> dict[str, Any]:
     but NaN. Only meaningful ``$and``-ed with the :func:`range_filter` of the
     range being scanned, which keeps it inside one bracket.
     """
-    if _is_nan(last_id):
+    if is_nan(last_id):
         return {"_id": {"$not": {"$lte": last_id}}}
     return {"_id": {"$gt": last_id}}
 
@@ -253,7 +245,7 @@ def _distinct_in_order(points: Iterable[Any]) -> list[Any]:
     kept: list[Any] = []
     last_key: str | None = None
     for point in points:
-        if _is_nan(point):
+        if is_nan(point):
             continue
         key = canonical_id_key(point)
         if key != last_key:
@@ -314,52 +306,12 @@ def _runs(ranges: Sequence[IdRange]) -> list[tuple[int, int]]:
     return runs
 
 
-def _allocate(sizes: Sequence[int], loads: Sequence[float], budget: int) -> list[int]:
-    """Share ``budget`` parts among runs: one each, the rest to the heaviest per part.
-
-    A run never gets more parts than it has ranges. Highest-averages
-    allocation: each extra part goes to the run whose load per part is largest.
-    """
-    parts = [1] * len(sizes)
-    heap = [(-loads[i], i) for i in range(len(sizes)) if sizes[i] > 1]
-    heapq.heapify(heap)
-    for _ in range(budget - len(sizes)):
-        if not heap:
-            break
-        _, i = heapq.heappop(heap)
-        parts[i] += 1
-        if parts[i] < sizes[i]:
-            heapq.heappush(heap, (-loads[i] / parts[i], i))
-    return parts
-
-
-def _cuts(weights: Sequence[float], parts: int) -> list[int]:
-    """Return the end index of each of ``parts`` groups of about equal weight."""
-    count = len(weights)
-    if sum(weights) <= 0:
-        weights = [1.0] * count
-    cumulative = list(itertools.accumulate(weights))
-    total = cumulative[-1]
-    ends: list[int] = []
-    previous = 0
-    for j in range(1, parts):
-        end = bisect.bisect_left(cumulative, total * j / parts) + 1
-        end = min(max(end, previous + 1), count - (parts - j))
-        ends.append(end)
-        previous = end
-    ends.append(count)
-    return ends
-
-
 def _merge_run(run: Sequence[IdRange], weights: Sequence[float], parts: int) -> list[IdRange]:
-    if parts >= len(run):
-        return list(run)
-    merged: list[IdRange] = []
-    start = 0
-    for end in _cuts(weights, parts):
-        merged.append(IdRange(run[start].bracket, run[start].lower, run[end - 1].upper))
-        start = end
-    return merged
+    """Merge a run of one bracket's ranges into ``parts`` ranges of about equal weight."""
+    return [
+        IdRange(run[start].bracket, run[start].lower, run[end - 1].upper)
+        for start, end in equal_weight_spans(weights, parts)
+    ]
 
 
 def _check_weights(weights: Sequence[float] | None, count: int) -> list[float]:
@@ -384,10 +336,12 @@ def merge_ranges(
     last.upper)``), so what the result covers is exactly what ``ranges``
     covered. Each bracket keeps at least one range, so the result has
     ``max(max_partitions, brackets present)`` ranges at most. The budget goes
-    to the brackets in proportion to their weight (highest averages), and
-    each bracket is cut into groups of about equal weight. ``weights`` are the
-    expected documents per range (sample counts); by default every range
-    weighs the same, which suits ranges cut at sampled ``_id``s.
+    to the brackets in proportion to their weight, and each bracket is cut
+    into groups of about equal weight (both by
+    :mod:`~migronaut_core.background.planning.apportion`: ties go to the
+    earlier bracket and the earlier boundary). ``weights`` are the expected
+    documents per range (sample counts); by default every range weighs the
+    same, which suits ranges cut at sampled ``_id``s.
 
     :param ranges: contiguous within each bracket, brackets in server order —
         as :func:`ranges_from_split_points` and :func:`plan_ranges` make them.
@@ -403,10 +357,10 @@ def merge_ranges(
     if len(ranges) <= max_partitions:
         return list(ranges)
     runs = _runs(ranges)
-    parts = _allocate(
-        [end - start for start, end in runs],
+    parts = allocate(
         [sum(loads[start:end]) for start, end in runs],
         max_partitions,
+        capacities=[end - start for start, end in runs],
     )
     merged: list[IdRange] = []
     for (start, end), count in zip(runs, parts, strict=True):

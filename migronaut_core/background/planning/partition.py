@@ -31,12 +31,10 @@ logs.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from bson.decimal128 import Decimal128
 from pymongo.errors import OperationFailure
 
 from migronaut_core.background.planning.brackets import (
@@ -50,6 +48,7 @@ from migronaut_core.background.planning.brackets import (
     range_filter,
     ranges_from_split_points,
 )
+from migronaut_core.background.planning.filters import conjunction, is_nan
 from migronaut_core.background.spec import PartitionSettings
 from migronaut_core.errors import ConfigInvalidError
 from migronaut_core.server_errors import timed_out
@@ -221,12 +220,6 @@ def _excluded_brackets(scope: Mapping[str, Any]) -> frozenset[str]:
     return frozenset(names)
 
 
-def _is_nan(value: Any) -> bool:
-    if isinstance(value, float):
-        return math.isnan(value)
-    return isinstance(value, Decimal128) and value.to_decimal().is_nan()
-
-
 def _types_from(start: int, excluded: frozenset[str]) -> list[str]:
     """Return the ``$type`` names of the brackets from index ``start`` on, less ``excluded``.
 
@@ -258,7 +251,7 @@ def _spanning_filter(excluded: frozenset[str], cursor: Mapping[str, Any]) -> dic
     if not types:
         return {"_id": {"$in": []}}
     condition: dict[str, Any] = {"$type": types, "$not": {"$lte": after}}
-    if bracket == "number" and not _is_nan(after):
+    if bracket == "number" and not is_nan(after):
         condition["$nin"] = [_NAN]
     return {"_id": condition}
 
@@ -276,16 +269,6 @@ def _scope_parts(scope: Mapping[str, Any], cursor: Mapping[str, Any]) -> list[di
             parts.append(keyset_filter(cursor["after"]))
         return parts
     raise ConfigInvalidError("unknown partition scope kind", {"key": "scope"})
-
-
-def _conjunction(parts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """Return the ``$and`` of the non-empty ``parts``, unwrapped when one or none."""
-    kept = [dict(part) for part in parts if part]
-    if not kept:
-        return {}
-    if len(kept) == 1:
-        return kept[0]
-    return {"$and": kept}
 
 
 # ─── plan assembly (pure) ─────────────────────────────────────────────────────
@@ -685,7 +668,7 @@ class IdRangePartitioner:
 
         :raises ConfigInvalidError: on a scope this partitioner did not make.
         """
-        return _conjunction(_scope_parts(scope, {}))
+        return conjunction(_scope_parts(scope, {}))
 
     def batch_query(
         self,
@@ -705,7 +688,7 @@ class IdRangePartitioner:
         :raises ConfigInvalidError: on a bad scope or a ``limit`` below 1.
         """
         _check_positive(limit, "limit")
-        query = _conjunction([match, *_scope_parts(scope, cursor)])
+        query = conjunction([match, *_scope_parts(scope, cursor)])
         return BatchQuery(query, [("_id", 1)], limit, hint)
 
     def advance(

@@ -59,20 +59,19 @@ from __future__ import annotations
 
 import bisect
 import enum
-import heapq
 import itertools
 import logging
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from bson.decimal128 import Decimal128
 from bson.max_key import MaxKey
 from bson.min_key import MinKey
 from pymongo.errors import OperationFailure
 
+from migronaut_core.background.planning.apportion import allocate, equal_weight_spans
 from migronaut_core.background.planning.brackets import BRACKETS, bracket_of
+from migronaut_core.background.planning.filters import conjunction, is_nan
 from migronaut_core.background.planning.keyorder import compare_keys, key_sort
 from migronaut_core.background.planning.partition import (
     BatchQuery,
@@ -384,44 +383,6 @@ def runs_of(chunks: Sequence[Chunk]) -> list[list[Chunk]]:
     return [list(run) for _, run in itertools.groupby(chunks, key=lambda chunk: chunk.shard)]
 
 
-def _spans(weights: Sequence[float], parts: int) -> list[tuple[int, int]]:
-    """Cut ``weights`` into ``parts`` non-empty contiguous spans of about equal weight."""
-    count = len(weights)
-    parts = max(1, min(parts, count))
-    prefix = list(itertools.accumulate(weights))
-    total = prefix[-1] if prefix else 0.0
-    cuts = [0]
-    for index in range(1, parts):
-        target = total * index / parts
-        # The smallest prefix reaching the target, or the one just before it if closer.
-        reach = bisect.bisect_left(prefix, target) + 1
-        if reach > 1 and target - prefix[reach - 2] <= prefix[min(reach, count) - 1] - target:
-            reach -= 1
-        cut = min(max(reach, cuts[-1] + 1), count - (parts - index))
-        cuts.append(cut)
-    cuts.append(count)
-    return list(itertools.pairwise(cuts))
-
-
-def _allocate(capacities: Sequence[int], weights: Sequence[float], total: int) -> list[int]:
-    """Share ``total`` parts among items: one each, the rest by weight, none past its capacity.
-
-    Highest average weight per part first (D'Hondt), so a heavy item is cut
-    before a light one is. Fewer than ``total`` when the capacities run out.
-    """
-    parts = [1] * len(capacities)
-    heap = [(-weight, index) for index, weight in enumerate(weights) if capacities[index] > 1]
-    heapq.heapify(heap)
-    extra = total - len(parts)
-    while extra > 0 and heap:
-        _, index = heapq.heappop(heap)
-        parts[index] += 1
-        extra -= 1
-        if parts[index] < capacities[index]:
-            heapq.heappush(heap, (-weights[index] / parts[index], index))
-    return parts
-
-
 def _scope(low: KeyValues, high: KeyValues, group: str | None, chunks: int | None) -> Scope:
     """A stored scope; ``chunks``: how many whole chunks it spans (``None``: part of one)."""
     scope: Scope = {"kind": SHARD_SCOPE_KIND, "min": list(low), "max": list(high)}
@@ -452,16 +413,18 @@ def chunk_scopes(
     runs = runs_of(chunks)
     if len(runs) > max_partitions:
         weights = [chunk.weight for chunk in chunks]
-        blocks = [chunks[a:b] for a, b in _spans(weights, max_partitions)]
+        blocks = [chunks[a:b] for a, b in equal_weight_spans(weights, max_partitions)]
         return [_block_scope(block) for block in blocks], "ungrouped"
     wanted = min(max(parts, len(runs)), max_partitions)
-    shares = _allocate(
-        [len(run) for run in runs], [sum(chunk.weight for chunk in run) for run in runs], wanted
+    shares = allocate(
+        [sum(chunk.weight for chunk in run) for run in runs],
+        wanted,
+        capacities=[len(run) for run in runs],
     )
     scopes: list[Scope] = []
     for run, share in zip(runs, shares, strict=True):
         weights = [chunk.weight for chunk in run]
-        scopes.extend(_block_scope(run[a:b]) for a, b in _spans(weights, share))
+        scopes.extend(_block_scope(run[a:b]) for a, b in equal_weight_spans(weights, share))
     return scopes, None
 
 
@@ -475,12 +438,7 @@ def _distinct_sorted(values: Sequence[KeyValues]) -> list[KeyValues]:
 
 def _usable(values: KeyValues) -> bool:
     """Whether a sampled key may be a cut point: NaN is never a bound."""
-    for value in values:
-        if isinstance(value, float) and math.isnan(value):
-            return False
-        if isinstance(value, Decimal128) and value.to_decimal().is_nan():
-            return False
-    return True
+    return not any(is_nan(value) for value in values)
 
 
 def sampled_scopes(
@@ -502,7 +460,7 @@ def sampled_scopes(
         if compare_keys(sample, chunk.min) > 0 and compare_keys(sample, chunk.max) < 0:
             inside[index].append(sample)
     capacities = [len(_distinct_sorted(points)) + 1 for points in inside]
-    shares = _allocate(capacities, [float(len(points)) for points in inside], parts)
+    shares = allocate([float(len(points)) for points in inside], parts, capacities=capacities)
     scopes: list[Scope] = []
     for chunk, points, share in zip(chunks, inside, shares, strict=True):
         cuts = _distinct_sorted([points[len(points) * j // share] for j in range(1, share)])
@@ -530,12 +488,6 @@ def _scope_bounds(scope: Mapping[str, Any], key: ShardKey) -> tuple[KeyValues, K
     return tuple(low), tuple(high)
 
 
-def _is_nan(value: Any) -> bool:
-    return (isinstance(value, float) and math.isnan(value)) or (
-        isinstance(value, Decimal128) and value.to_decimal().is_nan()
-    )
-
-
 def targeting_filter(key: ShardKey, low: KeyValues, high: KeyValues) -> dict[str, Any]:
     """Return a filter on the leading shard-key field that ``mongos`` can target by.
 
@@ -548,8 +500,8 @@ def targeting_filter(key: ShardKey, low: KeyValues, high: KeyValues) -> dict[str
     first_low, first_high = low[0], high[0]
     if (
         kind == HASHED
-        or _is_nan(first_low)
-        or _is_nan(first_high)
+        or is_nan(first_low)
+        or is_nan(first_high)
         or bracket_of(first_low) != bracket_of(first_high)
         or bracket_of(first_low) not in _SPLITTABLE
     ):
@@ -569,13 +521,6 @@ def _key_expressions(key: ShardKey) -> list[Any]:
         else {"$ifNull": [f"${name}", None]}
         for name, kind in key.fields
     ]
-
-
-def _conjunction(parts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    kept = [dict(part) for part in parts if part]
-    if not kept:
-        return {}
-    return kept[0] if len(kept) == 1 else {"$and": kept}
 
 
 # ─── partitioners ─────────────────────────────────────────────────────────────
@@ -779,7 +724,7 @@ class ShardPartitioner:
         low, high = _scope_bounds(scope, self.key)
         lower, upper = self._index_bounds(hint, low, high)
         left = list(cursor.get("left") or [])
-        query = _conjunction(
+        query = conjunction(
             [
                 match,
                 targeting_filter(self.key, low, high),
