@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from migronaut_core.background.planning.partition import Refusal
+from migronaut_core.background.planning.partition.protocol import Refusal
 from migronaut_core.errors import ConfigInvalidError
 from migronaut_core.versioning import bson_equal
 

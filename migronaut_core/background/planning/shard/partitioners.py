@@ -29,13 +29,13 @@ from bson.min_key import MinKey
 from pymongo.errors import OperationFailure
 
 from migronaut_core.background.planning.filters import conjunction
-from migronaut_core.background.planning.partition import (
-    BatchQuery,
+from migronaut_core.background.planning.partition.counting import (
     Count,
-    IdRangePartitioner,
-    Plan,
     count_matching,
+    hint_option,
 )
+from migronaut_core.background.planning.partition.id_range import IdRangePartitioner
+from migronaut_core.background.planning.partition.protocol import BatchQuery, Plan, Scope
 from migronaut_core.background.planning.shard.chunks import Chunk, Sharding, runs_of
 from migronaut_core.background.planning.shard.keys import (
     KeyValues,
@@ -44,7 +44,6 @@ from migronaut_core.background.planning.shard.keys import (
     key_expressions,
 )
 from migronaut_core.background.planning.shard.scopes import (
-    Scope,
     chunk_scopes,
     sampled_scopes,
     scope_bounds,
@@ -158,9 +157,8 @@ class ShardPartitioner(ShardKeyWrites):
         options: dict[str, Any] = {
             "maxTimeMS": settings.sample_timeout_ms,
             "batchSize": settings.sample_size,
+            **hint_option(hint),
         }
-        if hint is not None:
-            options["hint"] = dict(hint) if not isinstance(hint, str) else hint
         try:
             with collection.aggregate(pipeline, **options) as cursor:
                 return [tuple(row["k"]) for row in cursor], None

@@ -35,6 +35,7 @@ from migronaut_core.background.planning.apportion import allocate, equal_weight_
 from migronaut_core.background.planning.brackets import BRACKETS, bracket_of
 from migronaut_core.background.planning.filters import is_nan
 from migronaut_core.background.planning.keyorder import compare_keys, key_sort
+from migronaut_core.background.planning.partition.protocol import Scope
 from migronaut_core.background.planning.shard.chunks import Chunk, runs_of
 from migronaut_core.background.planning.shard.keys import HASHED, KeyValues, ShardKey
 from migronaut_core.errors import ConfigInvalidError
@@ -50,8 +51,6 @@ __all__ = [
 #: The ``kind`` of a shard-range partition scope.
 SHARD_SCOPE_KIND: Final = "shard-range"
 _SPLITTABLE: Final = frozenset(bracket.name for bracket in BRACKETS if bracket.splittable)
-
-Scope = dict[str, Any]
 
 
 def _scope(low: KeyValues, high: KeyValues, group: str | None, chunks: int | None) -> Scope:
