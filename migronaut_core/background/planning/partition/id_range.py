@@ -101,12 +101,12 @@ class IdRangePartitioner:
         estimate_above = settings.estimate_above
         budget_ms = settings.sample_timeout_ms
         exact_cap = min(count_cap, estimate_above + 1)
-        counted = self._count(collection, match, hint, exact_cap, budget_ms)
+        counted = count_matching(collection, match, hint, exact_cap, budget_ms)
         rows: list[dict[str, Any]] | None = None
         if counted.at_least and count_cap > estimate_above:
             estimated = self._estimate(collection, match, counted, settings)
             if estimated is None:
-                counted = self._count(collection, match, hint, count_cap, budget_ms)
+                counted = count_matching(collection, match, hint, count_cap, budget_ms)
             else:
                 counted, rows = estimated
         if counted.estimate == 0 and counted.degraded is None:
@@ -130,17 +130,6 @@ class IdRangePartitioner:
         if len(scopes) == 1:  # nothing (left) to split
             return self._single(collection, counted, counted.degraded)
         return self._planned("sample", collection, counted, scopes, counted.degraded)
-
-    def _count(
-        self,
-        collection: Collection[Any],
-        match: dict[str, Any],
-        hint: Any | None,
-        cap: int,
-        budget_ms: int,
-    ) -> Count:
-        """Count matching documents up to ``cap``; on timeout, take the collection's size."""
-        return count_matching(collection, match, hint, cap, budget_ms)
 
     def _estimate(
         self,
