@@ -19,7 +19,7 @@ call again may succeed without anyone changing anything::
     ├── RunAbortedError                       the run was cancelled between migrations
     ├── LockError
     │   ├── LockAlreadyHeldError              retryable
-    │   └── LockLostError (LeaseLost)         retryable
+    │   └── LockLostError                     retryable: a lease or lock taken over
     ├── StoreError                            MongoDB itself failed us
     │   ├── ConnectionFailedError             retryable
     │   ├── ShardMetadataError                retryable: chunks read mid-change
@@ -29,13 +29,17 @@ call again may succeed without anyone changing anything::
         ├── BackgroundPendingError            a requirement has not completed yet
         ├── BackgroundConflictError           a control that does not fit the state
         ├── BackgroundFailedError
+        │   └── DocumentFailedError           one document failed a strict batch
         └── BatchFailed                       retryable: one slice failed
 
-Lower-layer errors are chained (``raise ... from exc``) so tracebacks keep them.
+A :class:`DocError` is the record of one document that could not be rewritten
+(its ``_id``, a value-free text, a reason); :class:`DocumentFailedError` carries
+one. Lower-layer errors are chained (``raise ... from exc``) so tracebacks keep them.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 
@@ -77,10 +81,6 @@ class ConfigInvalidError(MigronautError, ValueError):
 
     code = "CONFIG_INVALID"
     exit_code = 2
-
-
-#: The short name the style guide uses.
-ConfigError = ConfigInvalidError
 
 
 class MigrationFileError(MigronautError):
@@ -150,10 +150,6 @@ class LockLostError(LockError):
     exit_code = 17
 
 
-#: The style guide's name for a lost partition lease.
-LeaseLost = LockLostError
-
-
 class StoreError(MigronautError):
     """MongoDB refused or failed an operation migronaut needed."""
 
@@ -207,6 +203,36 @@ class BackgroundFailedError(BackgroundError):
     code = "BACKGROUND_FAILED"
 
 
+@dataclass(frozen=True, slots=True)
+class DocError:
+    """A document that could not be rewritten: its ``_id``, a value-free text, and why.
+
+    ``reason`` is ``transform``, ``shape``, ``write`` or ``transaction`` (or a
+    partitioner's refusal). The ``_id`` is kept on the state so later passes
+    exclude the document; logs and events only count these.
+    """
+
+    id: Any
+    error: str
+    reason: str
+
+    def entry(self) -> dict[str, Any]:
+        return {"id": self.id, "error": self.error, "reason": self.reason}
+
+
+class DocumentFailedError(BackgroundFailedError):
+    """One document failed a strict (transactional) batch; the batch retries without it."""
+
+    code = "BACKGROUND_DOCUMENT_FAILED"
+
+    def __init__(self, error: DocError) -> None:
+        super().__init__(f"a document failed: {error.error}", {"reason": "document"})
+        self.error = error
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (self.__class__, (self.error,))
+
+
 class BatchFailed(BackgroundError):  # noqa: N818 - the name the design uses
     """One slice of a lane failed; running it again may succeed."""
 
@@ -222,11 +248,11 @@ __all__ = [
     "BackgroundPendingError",
     "BatchFailed",
     "ChecksumMismatchError",
-    "ConfigError",
     "ConfigInvalidError",
     "ConnectionFailedError",
+    "DocError",
+    "DocumentFailedError",
     "IrreversibleMigrationError",
-    "LeaseLost",
     "LockAlreadyHeldError",
     "LockError",
     "LockLostError",

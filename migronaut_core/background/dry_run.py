@@ -44,8 +44,6 @@ from pymongo.write_concern import WriteConcern
 
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.engine.batch import (
-    DocError,
-    DocumentFailedError,
     TransformContext,
     apply_batch,
     transform_all,
@@ -64,6 +62,8 @@ from migronaut_core.background.views import json_safe
 from migronaut_core.errors import (
     BackgroundFailedError,
     ConfigInvalidError,
+    DocError,
+    DocumentFailedError,
     MigronautError,
     StoreError,
     TransactionsUnsupportedError,

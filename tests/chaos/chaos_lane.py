@@ -38,7 +38,7 @@ from typing import Any
 
 from migronaut_core import BackgroundFailedError, Migronaut
 from migronaut_core.background.store import BackgroundStore, Lease
-from migronaut_core.errors import LeaseLost
+from migronaut_core.errors import LockLostError
 
 FENCE_LOG_ENV = "MIGRONAUT_CHAOS_FENCE_LOG"
 CHECKPOINT_PAUSE_ENV = "MIGRONAUT_CHAOS_CHECKPOINT_PAUSE"
@@ -114,7 +114,7 @@ def _instrumented(
         entry["sent"] = time.time()
         try:
             answer = original(self, lease, *args, **kwargs)
-        except LeaseLost:
+        except LockLostError:
             if log is not None:
                 log.write({**entry, "ok": False})
             raise

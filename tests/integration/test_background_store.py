@@ -13,7 +13,7 @@ from pymongo.database import Database
 
 from migronaut_core.background.store import BackgroundStore
 from migronaut_core.config import BackgroundCollections
-from migronaut_core.errors import LeaseLost
+from migronaut_core.errors import LockLostError
 
 NAME = "20240101000000_m"
 
@@ -93,9 +93,9 @@ def test_a_reaped_lane_cannot_checkpoint(store: BackgroundStore) -> None:
     assert store.reap(NAME) == 0  # renewed just now
     time.sleep(0.6)
     assert store.reap(NAME) == 1  # lapsed by the server's clock
-    with pytest.raises(LeaseLost):
+    with pytest.raises(LockLostError):
         store.checkpoint(claim.lease, cursor={"after": 99}, counters={"migrated": 500})
-    with pytest.raises(LeaseLost):
+    with pytest.raises(LockLostError):
         store.record_intent(claim.lease, [1, 2])
     assert not store.renew(claim.lease)
     partition = store.partitions.find_one({"migration": NAME})

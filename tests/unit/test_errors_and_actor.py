@@ -12,7 +12,8 @@ from migronaut_core.changelog import Actor
 
 
 def test_every_error_has_a_unique_stable_code() -> None:
-    classes = [getattr(errors, name) for name in errors.__all__]
+    exported = [getattr(errors, name) for name in errors.__all__]
+    classes = [cls for cls in exported if cls is not errors.DocError]
     codes = {cls.code for cls in classes if isinstance(cls, type)}
     assert len(codes) == len({id(cls) for cls in classes if isinstance(cls, type)})
     assert all(issubclass(cls, errors.MigronautError) for cls in classes)
@@ -33,7 +34,18 @@ def test_retryable_classification() -> None:
     assert errors.LockAlreadyHeldError("x").retryable
     assert errors.ConnectionFailedError("x").retryable
     assert not errors.ConfigInvalidError("x").retryable
-    assert errors.LeaseLost is errors.LockLostError
+    assert errors.LockLostError("x").retryable
+    assert not errors.DocumentFailedError(errors.DocError(1, "bad", "write")).retryable
+
+
+def test_a_document_failure_carries_its_record_and_round_trips() -> None:
+    record = errors.DocError(7, "E11000 duplicate key", "write")
+    error = errors.DocumentFailedError(record)
+    assert isinstance(error, errors.BackgroundFailedError)
+    assert error.context == {"reason": "document"}
+    copy = pickle.loads(pickle.dumps(error))
+    assert copy.error == record
+    assert record.entry() == {"id": 7, "error": "E11000 duplicate key", "reason": "write"}
 
 
 def test_public_api_exports_errors() -> None:

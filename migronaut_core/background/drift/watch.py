@@ -59,8 +59,6 @@ from migronaut_core.background.control.actions import control
 from migronaut_core.background.drift.verify import OnDrift, verify
 from migronaut_core.background.engine.batch import (
     BatchResult,
-    DocError,
-    DocumentFailedError,
     TransformContext,
     apply_batch,
 )
@@ -71,7 +69,13 @@ from migronaut_core.background.spec import TERMINAL
 from migronaut_core.background.store.watch import WATCH_COUNTERS, Fence, WatchStore
 from migronaut_core.background.views import json_safe
 from migronaut_core.changelog import Actor
-from migronaut_core.errors import BackgroundConflictError, ConfigInvalidError, MigronautError
+from migronaut_core.errors import (
+    BackgroundConflictError,
+    ConfigInvalidError,
+    DocError,
+    DocumentFailedError,
+    MigronautError,
+)
 from migronaut_core.lock import MongoLock
 from migronaut_core.scrub import error_text
 from migronaut_core.server_errors import history_lost

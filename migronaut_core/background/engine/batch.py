@@ -36,7 +36,13 @@ from migronaut_core.background.job import Job
 from migronaut_core.background.planning.partition import Partitioner, find
 from migronaut_core.background.spec import Direction
 from migronaut_core.background.store import BackgroundStore, Lease
-from migronaut_core.errors import BackgroundConflictError, BackgroundFailedError, MigronautError
+from migronaut_core.errors import (
+    BackgroundConflictError,
+    BackgroundFailedError,
+    DocError,
+    DocumentFailedError,
+    MigronautError,
+)
 from migronaut_core.scrub import error_text, write_error_text
 from migronaut_core.server_errors import is_document_error
 from migronaut_core.versioning import (
@@ -71,18 +77,6 @@ class TransformContext:
     log: logging.Logger
     cancel: CancelToken
     session: ClientSession | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class DocError:
-    """A document that could not be rewritten: its ``_id``, why, and a value-free text."""
-
-    id: Any
-    error: str
-    reason: str
-
-    def entry(self) -> Document:
-        return {"id": self.id, "error": self.error, "reason": self.reason}
 
 
 @dataclass
@@ -433,19 +427,6 @@ def _one_revision_on(before: Document, now: Document, revision_field: str | None
     if revision_field is None:
         return True
     return revision_of(now, revision_field) == (revision_of(before, revision_field) or 0) + 1
-
-
-class DocumentFailedError(BackgroundFailedError):
-    """One document failed a strict (transactional) batch; the batch retries without it."""
-
-    code = "BACKGROUND_DOCUMENT_FAILED"
-
-    def __init__(self, error: DocError) -> None:
-        super().__init__(f"a document failed: {error.error}", {"reason": "document"})
-        self.error = error
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (self.__class__, (self.error,))
 
 
 # -- a partition -----------------------------------------------------------------------

@@ -83,7 +83,7 @@ def work_reading_ahead(
     collection = ctx.db[job.collection]
     transform_ctx = ctx.transform_context(job)
     if ctx.lease_lost():
-        store.checkpoint(ctx.lease, cursor=cursor, counters={})  # raises LeaseLost
+        store.checkpoint(ctx.lease, cursor=cursor, counters={})  # raises LockLostError
     stop = _stop_reason(job, ctx, first=True) or _wait_for_throttle(job, ctx)
     if stop is not None:
         return PartitionResult(stop, counters)

@@ -30,7 +30,7 @@ from migronaut_core.background.engine.transactional import (
 )
 from migronaut_core.background.job import Job
 from migronaut_core.background.spec import MAX_CHECKPOINT_BYTES, Direction
-from migronaut_core.errors import BackgroundFailedError, LeaseLost
+from migronaut_core.errors import BackgroundFailedError, LockLostError
 from migronaut_core.server_errors import is_transient_transaction
 
 STEP_SCOPE = {"kind": "step"}
@@ -152,7 +152,7 @@ def _in_transaction(
                 outcome: tuple[dict[str, Any] | None, dict[str, int]] = body(session)
                 commit(session)
                 return outcome
-            except LeaseLost:
+            except LockLostError:
                 raise
             except Exception as error:
                 if session.in_transaction:

@@ -37,8 +37,6 @@ from pymongo.write_concern import WriteConcern
 
 from migronaut_core.background.engine.batch import (
     BatchResult,
-    DocError,
-    DocumentFailedError,
     PartitionContext,
     apply_batch,
     errors_of,
@@ -46,7 +44,12 @@ from migronaut_core.background.engine.batch import (
 from migronaut_core.background.job import Job
 from migronaut_core.background.planning.partition import find
 from migronaut_core.background.spec import BackgroundSpec
-from migronaut_core.errors import BackgroundConflictError, LeaseLost
+from migronaut_core.errors import (
+    BackgroundConflictError,
+    DocError,
+    DocumentFailedError,
+    LockLostError,
+)
 from migronaut_core.scrub import error_text
 from migronaut_core.server_errors import (
     commit_result_unknown,
@@ -128,7 +131,7 @@ def transactional_batch(
             raise BatchStoppedError()
         try:
             return _attempt(job, ctx, cursor, size, sizing, excluded, retries)
-        except (LeaseLost, BatchStoppedError):
+        except (LockLostError, BatchStoppedError):
             raise
         except DocumentFailedError as failed:
             excluded[canonical_id_key(failed.error.id)] = failed.error
@@ -229,7 +232,7 @@ def _attempt(
                 session=session,
             )
             commit(session)
-        except (LeaseLost, DocumentFailedError):
+        except (LockLostError, DocumentFailedError):
             _abort(session)
             raise
         except Exception as error:

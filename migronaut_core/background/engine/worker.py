@@ -39,7 +39,7 @@ def process_partition(job: Job, ctx: PartitionContext, store: BackgroundStore) -
     Outcomes: ``exhausted`` (drained), ``yielded`` (the slice's time is up),
     ``paused``, ``cancelled``, ``failed`` (with ``error``: the state failed or the
     document error budget ran out), ``stale`` (another plan took over),
-    ``stopped`` (the cancel token). A lost lease raises LeaseLost.
+    ``stopped`` (the cancel token). A lost lease raises LockLostError.
     """
     counters: dict[str, int] = {}
     cursor: dict[str, Any] = dict(ctx.partition.get("cursor") or {})
@@ -59,7 +59,7 @@ def process_partition(job: Job, ctx: PartitionContext, store: BackgroundStore) -
         if batches > 0 and time.monotonic() >= ctx.deadline:
             return PartitionResult("yielded", counters)
         if ctx.lease_lost():
-            store.checkpoint(ctx.lease, cursor=cursor, counters={})  # raises LeaseLost
+            store.checkpoint(ctx.lease, cursor=cursor, counters={})  # raises LockLostError
         stop = control_outcome(ctx.read_control(), job, plan_token)
         if stop is not None:
             return PartitionResult(stop, counters)

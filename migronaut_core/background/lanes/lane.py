@@ -34,7 +34,7 @@ from migronaut_core.background.job import Job, assert_transactions, job_for, pla
 from migronaut_core.background.lifecycle import fail_state
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.store import Lease
-from migronaut_core.errors import BatchFailed, LeaseLost, MigronautError
+from migronaut_core.errors import BatchFailed, LockLostError, MigronautError
 from migronaut_core.scrub import error_text
 
 log = logging.getLogger("migronaut_core.background")
@@ -208,7 +208,7 @@ def _work(
                 ),
             )
             result = process_partition(job, context, rt.store)
-    except LeaseLost:
+    except LockLostError:
         rt.emit("background:lease:lost", {"migration": name, "partition": str(partition["_id"])})
         log.warning("%s: lane %s lost its lease; stopping", name, owner)
         return PartitionResult("lost", {})

@@ -14,7 +14,7 @@ invariants callers rely on (DESIGN §3.3):
   lease on a grouped partition also takes a *group slot*, unique per
   ``(migration, lease.group, lease.group_slot)``;
 - every write a lane makes to its partition is fenced by its lease token
-  (:class:`~migronaut_core.errors.LeaseLost` when it no longer holds it);
+  (:class:`~migronaut_core.errors.LockLostError` when it no longer holds it);
 - lease expiry is judged by the server's clock: leases record ``renewed_at``
   with ``$currentDate`` and expire ``ttl_ms`` after it, compared with ``$$NOW``;
 - a plan commits by compare-and-set on generation, previous plan token, status
@@ -42,7 +42,7 @@ from migronaut_core.background.store.states import (
     StateDocuments,
     utc_now,
 )
-from migronaut_core.errors import LeaseLost
+from migronaut_core.errors import LockLostError
 
 OPEN_STATUSES = ("pending", "running")
 
@@ -492,7 +492,7 @@ class PartitionDocuments(StateDocuments):
 
         :param intent: the ids the next batch is about to write (see
             :meth:`record_intent`), noted in the same write.
-        :raises LeaseLost: the lease is not ours any more; nothing was written.
+        :raises LockLostError: the lease is not ours any more; nothing was written.
         """
         update: Document = {
             "$set": {"cursor": dict(cursor), "updated_at": utc_now()},
@@ -532,7 +532,7 @@ class PartitionDocuments(StateDocuments):
         the partition counts which of them were rewritten (:meth:`settle_inflight`),
         so the totals stay exact across ``kill -9``.
 
-        :raises LeaseLost: the lease is not ours any more; nothing was written.
+        :raises LockLostError: the lease is not ours any more; nothing was written.
         """
         result = self.partitions.update_one(
             self._fenced(lease),
@@ -668,8 +668,8 @@ class PartitionDocuments(StateDocuments):
         return GenerationTotals(totals, bad_ids, doc_errors[-MAX_DOC_ERRORS:], failed, last_error)
 
 
-def _lost(lease: Lease) -> LeaseLost:
-    return LeaseLost(
+def _lost(lease: Lease) -> LockLostError:
+    return LockLostError(
         "the partition lease was lost (it expired or was reaped); this lane stops without writing",
         {"slot": lease.slot},
     )
