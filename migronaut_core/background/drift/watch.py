@@ -54,6 +54,7 @@ from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
 from pymongo.errors import OperationFailure, PyMongoError
 
+from migronaut_core.background.backoff import Backoff
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.control.actions import control
 from migronaut_core.background.drift.verify import OnDrift, verify
@@ -386,7 +387,7 @@ class _Follower(threading.Thread):
                 failures += 1
                 self._report(error)
                 self._set_state("error", leading=False)
-                if self.cancel.sleep(_backoff(failures)):
+                if self.cancel.sleep(_BACKOFF.seconds(failures)):
                     break
                 continue
             pause = self.settings.leader_retry_seconds * random.uniform(0.75, 1.0)
@@ -474,7 +475,7 @@ class _Follower(threading.Thread):
         self._report(error)
         self._set_state("error", leading=True)
         self._checkpoint(force=True, fields={"state": "error"}, error=error)
-        self.cancel.sleep(_backoff(failures))
+        self.cancel.sleep(_BACKOFF.seconds(failures))
         return failures
 
     def _edges(self) -> tuple[list[Edge], int]:
@@ -844,8 +845,8 @@ class _Follower(threading.Thread):
         log.warning("drift watcher %s: %s", self.collection, error_text(error))
 
 
-def _backoff(failures: int) -> float:
-    return float(min(MAX_BACKOFF_SECONDS, 0.25 * 2**failures) * random.uniform(0.5, 1.0))
+#: A failing watcher waits 0.5 s, doubling up to MAX_BACKOFF_SECONDS, each wait jittered by half.
+_BACKOFF = Backoff(first=0.5, cap=MAX_BACKOFF_SECONDS, jitter=0.5)
 
 
 # -- the handle ------------------------------------------------------------------------------
@@ -914,7 +915,7 @@ class Watcher:
             except (PyMongoError, MigronautError) as error:
                 failures += 1
                 log.warning("drift watcher: reading the migrations failed (%s)", error_text(error))
-                if self.cancel.sleep(_backoff(failures)):
+                if self.cancel.sleep(_BACKOFF.seconds(failures)):
                     break
 
     def _refresh(self) -> None:

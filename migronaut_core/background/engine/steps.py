@@ -23,8 +23,8 @@ from pymongo.database import Database
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.engine.batch import PartitionContext
 from migronaut_core.background.engine.transactional import (
+    TRANSIENT_BACKOFF,
     BatchStoppedError,
-    backoff_seconds,
     commit,
     transaction_options,
 )
@@ -162,6 +162,6 @@ def _in_transaction(
                     or attempt >= job.spec.transaction.max_retries
                 ):
                     raise
-        if job.cancel.sleep(backoff_seconds(attempt + 1)):
+        if job.cancel.sleep(TRANSIENT_BACKOFF.seconds(attempt + 1)):
             raise BatchStoppedError()
     raise AssertionError("unreachable")

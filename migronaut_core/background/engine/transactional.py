@@ -23,7 +23,6 @@ Trouble is handled batch by batch:
 from __future__ import annotations
 
 import contextlib
-import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +34,7 @@ from pymongo.errors import PyMongoError
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
+from migronaut_core.background.backoff import Backoff
 from migronaut_core.background.engine.batch import (
     BatchResult,
     PartitionContext,
@@ -58,9 +58,8 @@ from migronaut_core.server_errors import (
 )
 from migronaut_core.versioning import canonical_id_key
 
-#: Full-jitter backoff between transient retries: up to 50 ms · 2ⁿ, never past 2 s.
-BACKOFF_BASE_SECONDS = 0.05
-BACKOFF_MAX_SECONDS = 2.0
+#: Full-jitter back-off between transient retries: up to 50 ms · 2ⁿ, never past 2 s.
+TRANSIENT_BACKOFF = Backoff(first=0.1, cap=2.0, jitter=1.0)
 #: A halved batch grows back x1.5 after this many clean batches in a row.
 CLEAN_BATCHES_TO_GROW = 5
 BATCH_GROWTH = 1.5
@@ -96,10 +95,6 @@ def commit(session: ClientSession) -> None:
         except PyMongoError as error:
             if not commit_result_unknown(error) or attempt == 2:
                 raise
-
-
-def backoff_seconds(attempt: int) -> float:
-    return float(random.random() * min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2**attempt))
 
 
 def fitting(docs: Sequence[dict[str, Any]], limit_bytes: int) -> list[dict[str, Any]]:
@@ -161,7 +156,7 @@ def transactional_batch(
             raise error
         if attempts > spec.transaction.max_retries / 2:
             size = max(1, size // 2)
-        if job.cancel.sleep(backoff_seconds(attempts)):
+        if job.cancel.sleep(TRANSIENT_BACKOFF.seconds(attempts)):
             raise BatchStoppedError()
 
 

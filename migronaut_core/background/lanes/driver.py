@@ -17,6 +17,7 @@ from typing import Any
 
 from pymongo.errors import PyMongoError
 
+from migronaut_core.background.backoff import Backoff
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.coordinator import Answer, Driver, coordinate
 from migronaut_core.background.lanes.lane import SliceResult, run_slice
@@ -38,15 +39,9 @@ LANE_DONE = frozenset({"exhausted", "paused", "cancelled", "failed", "stale", "s
 #: A driver looks again this soon when other drivers' lanes hold every open partition.
 IDLE_POLL_SECONDS = 0.5
 #: Back-off after a failed slice or coordinator step, doubled per failure in a row, capped.
-FAILED_SLICE_BACKOFF = (0.2, 5.0)
+FAILED_SLICE_BACKOFF = Backoff(first=0.2, cap=5.0)
 #: Coordinator steps tried in a row before a transient error ends :func:`drive`.
 COORDINATE_ATTEMPTS = 6
-
-
-def backoff_seconds(failures: int) -> float:
-    """The wait after ``failures`` failures in a row: doubling from the base, capped."""
-    base, cap = FAILED_SLICE_BACKOFF
-    return float(min(cap, base * 2 ** (failures - 1)))
 
 
 def lane_owner() -> str:
@@ -74,7 +69,7 @@ def run_lane(
         except Exception as exc:
             failures += 1
             log.warning("%s: lane %s: slice failed (%s); retrying", name, owner, type(exc).__name__)
-            if cancel.sleep(backoff_seconds(failures)):
+            if cancel.sleep(FAILED_SLICE_BACKOFF.seconds(failures)):
                 return "stopped"
             continue
         failures = 0
@@ -173,7 +168,7 @@ def _coordinate(rt: Runtime, name: str, token: CancelToken) -> Answer | None:
                 raise
             failures += 1
             log.warning("%s: coordinator step failed (%s); retrying", name, type(exc).__name__)
-            if token.sleep(backoff_seconds(failures)):
+            if token.sleep(FAILED_SLICE_BACKOFF.seconds(failures)):
                 return None
 
 
