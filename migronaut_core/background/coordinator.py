@@ -137,6 +137,8 @@ def _step(rt: Runtime, name: str, driver: Driver, cancel: CancelToken) -> Answer
             name,
         )
         return _retry_soon(rt, "newer-schema")
+    if state["status"] in TERMINAL:
+        rt.forget_migration(name)  # also a cancel, or an end another process saw first
     if state["status"] in TERMINAL or state["status"] == "paused":
         return Answer("done", status=state["status"])
     if state["status"] == "blocked":
@@ -428,6 +430,7 @@ def _complete(rt: Runtime, job: Job, state: dict[str, Any], generation: int) -> 
     )
     rt.store.drop_generations(name, generation - 1)
     if completed is not None:
+        rt.forget_migration(name)
         failed_documents = len(completed.get("bad_ids") or [])
         if failed_documents:
             log.warning(

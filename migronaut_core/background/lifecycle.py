@@ -31,6 +31,7 @@ def fail_state(rt: Runtime, state: Mapping[str, Any], reason: str | BaseExceptio
         fields={"last_error": message, "failed_at": pendulum.now("UTC")},
     )
     if failed is not None:
+        rt.forget_migration(state["_id"])
         rt.emit("background:failed", {"migration": state["_id"], "error": message})
         log.error("background migration %s failed: %s", state["_id"], message)
     return message

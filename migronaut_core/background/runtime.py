@@ -1,8 +1,10 @@
 """What the coordinator, lanes and controls run with: one object per kit.
 
 It holds the database handles, the store, the event hub, the loader of
-migration files and the per-process caches (index keys, warnings said once).
-Everything the seeds pass around as ``deps``.
+migration files and the kit's caches: index keys, warnings said once, and the
+throttle state its lanes share (adaptive controllers, lag probes), which
+:meth:`Runtime.forget_migration` frees when a migration ends. Nothing of it is
+process-wide: two kits in one process share none of it.
 """
 
 from __future__ import annotations
@@ -18,10 +20,13 @@ from pymongo import MongoClient
 from pymongo.database import Database
 from pymongo.errors import PyMongoError
 
+from migronaut_core.background.engine.throttle.pacing import warning_keys
+from migronaut_core.background.engine.throttle.registry import ThrottleRegistry
 from migronaut_core.background.events import Events
 from migronaut_core.background.planning.shard import ShardCatalog
 from migronaut_core.background.spec import BackgroundFunctions, BackgroundSpec
 from migronaut_core.background.store import BackgroundStore
+from migronaut_core.background.warn_once import WarnOnce
 from migronaut_core.lock import MongoLock
 from migronaut_core.runner import supports_transactions
 
@@ -71,7 +76,10 @@ class Runtime:
     catalog: ShardCatalog | None = None
     #: ``auto``: split sharded collections along their shard key; ``off``: by ``_id``.
     shard_aware: str = "auto"
-    _warned: set[str] = field(default_factory=set)
+    #: Warnings said once per kit: ``rt.warn_once(key, message, *args)``.
+    warn_once: WarnOnce = field(default_factory=lambda: WarnOnce(log), init=False)
+    #: The adaptive controllers and lag probes this kit's lanes share.
+    throttles: ThrottleRegistry = field(default_factory=ThrottleRegistry, init=False)
     _index_cache: dict[str, tuple[float, list[dict[str, Any]]]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _transactions: bool | None = None
@@ -99,13 +107,6 @@ class Runtime:
             self.ttl_seconds,
             label="background coordinator lock",
         )
-
-    def warn_once(self, key: str, message: str, *args: Any) -> None:
-        with self._lock:
-            if key in self._warned:
-                return
-            self._warned.add(key)
-        log.warning(message, *args)
 
     def emit(self, event: str, payload: Mapping[str, Any]) -> None:
         self.events.emit(event, dict(payload))
@@ -144,4 +145,13 @@ class Runtime:
         """Read a collection's indexes afresh next time, and warn about them again."""
         with self._lock:
             self._index_cache.pop(collection, None)
-            self._warned = {key for key in self._warned if not key.endswith(f":{collection}")}
+        self.warn_once.forget(lambda key: key.endswith(f":{collection}"))
+
+    def forget_migration(self, name: str) -> None:
+        """Free what this kit kept for a migration that ended (completed, failed, cancelled).
+
+        Its adaptive controllers go (a later run resumes from the state stored on
+        its partitions) and its throttle warnings may be said again.
+        """
+        self.throttles.forget(name)
+        self.warn_once.forget(warning_keys(name).__contains__)

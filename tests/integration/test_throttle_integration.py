@@ -14,15 +14,12 @@ from pymongo import MongoClient, UpdateOne
 from pymongo.database import Database
 
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.engine import throttle as throttle_module
 from migronaut_core.background.engine.throttle import (
     AdaptiveController,
     LagProbe,
     Throttle,
     ThrottleContext,
-    adaptive_for,
-    forget_adaptive,
-    lag_probe_for,
+    ThrottleRegistry,
 )
 from migronaut_core.background.job import Job
 from migronaut_core.background.planning.partition import IdRangePartitioner
@@ -76,11 +73,9 @@ def fail_point(admin_client: Client, data: dict[str, Any]) -> Iterator[None]:
         admin_client.admin.command("configureFailPoint", "failCommand", mode="off")
 
 
-@pytest.fixture(autouse=True)
-def _fresh_registry() -> Iterator[None]:
-    forget_adaptive()
-    yield
-    forget_adaptive()
+@pytest.fixture
+def registry() -> ThrottleRegistry:
+    return ThrottleRegistry()
 
 
 # ─── Lag probe ────────────────────────────────────────────────────────────────
@@ -105,14 +100,15 @@ def test_lag_on_a_single_node_replica_set_is_zero_and_cached(
 
 
 def test_one_probe_per_client_shared_by_lanes(
-    own_client: tuple[Client, str], mongo_client: Client
+    own_client: tuple[Client, str], mongo_client: Client, registry: ThrottleRegistry
 ) -> None:
     client, _ = own_client
-    probe = lag_probe_for(client)
-    assert lag_probe_for(client) is probe
-    assert lag_probe_for(mongo_client) is not probe
+    probe = registry.lag_probe(client)
+    assert registry.lag_probe(client) is probe
+    assert registry.lag_probe(mongo_client) is not probe
+    assert ThrottleRegistry().lag_probe(client) is not probe  # another kit
     first = Throttle("m1", max_lag_ms=1_000, lag_probe=probe)
-    second = Throttle("m1", max_lag_ms=1_000, lag_probe=lag_probe_for(client))
+    second = Throttle("m1", max_lag_ms=1_000, lag_probe=registry.lag_probe(client))
     reads = probe.reads
     assert first.before_batch(CancelToken()) is False
     assert second.before_batch(CancelToken()) is False
@@ -160,11 +156,10 @@ def test_warning_without_a_warn_callable_goes_to_the_log_once(
     own_client: tuple[Client, str],
     mongo_client: Client,
     caplog: pytest.LogCaptureFixture,
-    monkeypatch: pytest.MonkeyPatch,
+    registry: ThrottleRegistry,
 ) -> None:
     client, app_name = own_client
-    monkeypatch.setattr(throttle_module, "_warned", set())
-    probe = lag_probe_for(client)
+    probe = registry.lag_probe(client)
     data = {"failCommands": ["replSetGetStatus"], "errorCode": 13, "appName": app_name}
     with fail_point(mongo_client, data), caplog.at_level(logging.DEBUG):
         for _ in range(3):
@@ -201,7 +196,8 @@ def test_latency_shrinks_the_batch_and_recovery_grows_it_back(
     client, app_name = own_client
     db.docs.insert_many([{"_id": i} for i in range(SETTINGS.max_batch_size)])
     lane_db = client[db.name]
-    adaptive = adaptive_for("m1", None, SETTINGS, None, namespace=db.name)
+    registry = ThrottleRegistry()
+    adaptive = registry.adaptive_for("m1", None, SETTINGS, None)
     sizes = [adaptive.batch_size()]
     slow = {"failCommands": ["update"], "blockConnection": True, "blockTimeMS": 300}
     with fail_point(mongo_client, {**slow, "appName": app_name}):
@@ -224,10 +220,10 @@ def test_latency_shrinks_the_batch_and_recovery_grows_it_back(
     # A lane restart: the process forgets, the partition remembers.
     partitions = db.partitions
     partitions.insert_one({"_id": "p1", "throttle": shrunk})
-    forget_adaptive()
+    assert registry.forget() == 1
     stored = partitions.find_one({"_id": "p1"})
     assert stored is not None
-    resumed = adaptive_for("m1", None, SETTINGS, stored["throttle"], namespace=db.name)
+    resumed = registry.adaptive_for("m1", None, SETTINGS, stored["throttle"])
     assert resumed is not adaptive
     assert resumed.state() == shrunk == {"batch_size": 25, "pause_ms": 0}
     with fail_point(mongo_client, {**slow, "appName": app_name}):
@@ -263,9 +259,10 @@ def job_with(spec: BackgroundSpec, fns: BackgroundFunctions) -> Job:
 
 
 def test_for_job_wires_lag_adaptive_and_the_user_function(
-    own_client: tuple[Client, str], db: Database[dict[str, Any]]
+    own_client: tuple[Client, str], registry: ThrottleRegistry
 ) -> None:
     client, _ = own_client
+    warnings = Warnings()
     seen: list[ThrottleContext] = []
 
     def user(ctx: ThrottleContext) -> int:
@@ -283,10 +280,11 @@ def test_for_job_wires_lag_adaptive_and_the_user_function(
     assert spec.adaptive is not None
     job = job_with(spec, BackgroundFunctions(throttle=user))
     partition = {"_id": "p7", "group": "shard-a", "throttle": {"batch_size": 60, "pause_ms": 0}}
-    throttle = Throttle.for_job(job, partition, client=client, namespace=db.name)
-    assert throttle.lag_probe is lag_probe_for(client)
+    throttle = Throttle.for_job(job, partition, registry=registry, client=client, warn=warnings)
+    assert throttle.lag_probe is registry.lag_probe(client)
     assert isinstance(throttle.adaptive, AdaptiveController)
-    assert throttle.adaptive is adaptive_for("m-job", "shard-a", spec.adaptive, namespace=db.name)
+    assert throttle.adaptive is registry.adaptive_for("m-job", "shard-a", spec.adaptive)
+    assert throttle.warn is warnings
     assert throttle.next_batch_size() == 60
     assert throttle.before_batch(CancelToken()) is False
     assert seen == [ThrottleContext("m-job", 4, "p7", 60, "docs")]
@@ -294,7 +292,7 @@ def test_for_job_wires_lag_adaptive_and_the_user_function(
     assert throttle.state() == {"batch_size": 90, "pause_ms": 0}
 
     bare = job_with(BackgroundSpec(from_version=1, to_version=2), BackgroundFunctions())
-    plain = Throttle.for_job(bare, {"_id": "p1"}, client=client)
+    plain = Throttle.for_job(bare, {"_id": "p1"}, registry=registry, client=client, warn=warnings)
     assert plain.lag_probe is None
     assert plain.adaptive is None
     assert plain.next_batch_size() == 500

@@ -9,7 +9,7 @@ from typing import Any
 from pymongo import MongoClient
 from pymongo.database import Database
 
-from migronaut_core.background.engine.throttle import forget_adaptive
+from migronaut_core.background.engine.throttle import warning_keys
 from tests.integration.background_support import SPLIT_NAME, make_kit, seed_users, write_background
 from tests.integration.test_transactional_and_steps import fail_point
 
@@ -57,7 +57,8 @@ def test_adaptive_batches_shrink_under_latency_and_resume_from_the_stored_state(
         assert partition is not None
         stored = partition["throttle"]["batch_size"]
         assert stored < 200
-        forget_adaptive()  # a new lane process: it resumes from the partition's state
+        # A new lane process: it resumes from the partition's state.
+        kit.background.runtime.throttles.forget()
         sizes.clear()
         kit.run_background_slice(SPLIT_NAME, slice_ms=100)
         assert sizes[0] <= stored + 20
@@ -96,3 +97,53 @@ def test_a_fixed_pause_and_the_users_throttle_slow_the_lane(
         elapsed = time.monotonic() - started
     assert view["status"] == "completed"
     assert elapsed >= 4 * 0.15  # four batches, each after 100 ms + the throttle's 50 ms
+
+
+ADAPTIVE_WITH_A_BAD_THROTTLE = """
+background = {"collection": "users", "from": 1, "to": 2, "batch_size": 50, "max_parallel": 1,
+              "adaptive": {"min_batch_size": 10, "max_batch_size": 50},
+              "throttle": {"pause_ms": 30}}
+
+def throttle(ctx):
+    return "soon"
+
+def migrate(doc, ctx):
+    return {**doc, "ok": True}
+"""
+
+
+def test_a_completed_migration_leaves_no_throttle_state_on_the_runtime(
+    mongo_uri: str, db: Database[dict[str, Any]], tmp_path: Path
+) -> None:
+    seed_users(db, 400)
+    migrations = tmp_path / "migrations"
+    write_background(migrations, body=ADAPTIVE_WITH_A_BAD_THROTTLE)
+    with make_kit(mongo_uri, db, migrations) as kit:
+        kit.up()
+        runtime = kit.background.runtime
+        kit.coordinate_background(SPLIT_NAME)
+        kit.run_background_slice(SPLIT_NAME, slice_ms=100)
+        assert runtime.throttles.migrations() == {SPLIT_NAME}
+        assert f"throttle-value:{SPLIT_NAME}" in runtime.warn_once
+        view = kit.run_background(SPLIT_NAME)
+        assert view["status"] == "completed"
+        assert runtime.throttles.migrations() == frozenset()
+        assert not any(key in runtime.warn_once for key in warning_keys(SPLIT_NAME))
+
+
+def test_a_cancelled_migration_leaves_no_throttle_state_on_the_runtime(
+    mongo_uri: str, db: Database[dict[str, Any]], tmp_path: Path
+) -> None:
+    seed_users(db, 400)
+    migrations = tmp_path / "migrations"
+    write_background(migrations, body=ADAPTIVE_WITH_A_BAD_THROTTLE)
+    with make_kit(mongo_uri, db, migrations) as kit:
+        kit.up()
+        runtime = kit.background.runtime
+        kit.coordinate_background(SPLIT_NAME)
+        kit.run_background_slice(SPLIT_NAME, slice_ms=100)
+        assert runtime.throttles.migrations() == {SPLIT_NAME}
+        kit.cancel_background(SPLIT_NAME)
+        assert kit.coordinate_background(SPLIT_NAME).status == "cancelled"
+        assert runtime.throttles.migrations() == frozenset()
+        assert not any(key in runtime.warn_once for key in warning_keys(SPLIT_NAME))

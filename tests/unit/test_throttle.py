@@ -6,7 +6,6 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,19 +22,21 @@ from pymongo.errors import (
     WTimeoutError,
 )
 
+from migronaut_core.background.backoff import Backoff
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.engine import throttle as throttle_module
 from migronaut_core.background.engine.throttle import (
     AdaptiveController,
     Throttle,
     ThrottleChange,
     ThrottleContext,
-    WarnOnce,
-    adaptive_for,
-    forget_adaptive,
+    ThrottleRegistry,
+    lag,
+    pacing,
     replication_lag_ms,
+    warning_keys,
 )
 from migronaut_core.background.spec import AdaptiveSettings
+from migronaut_core.background.warn_once import Warn, WarnOnce
 from migronaut_core.server_errors import is_overload
 
 SETTINGS = AdaptiveSettings(
@@ -88,11 +89,9 @@ def feed(
     return adaptive.record(latency_ms, overloaded)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_registry() -> Iterator[None]:
-    forget_adaptive()
-    yield
-    forget_adaptive()
+@pytest.fixture
+def registry() -> ThrottleRegistry:
+    return ThrottleRegistry()
 
 
 # ─── AIMD ─────────────────────────────────────────────────────────────────────
@@ -233,31 +232,35 @@ def test_record_is_thread_safe() -> None:
 # ─── The registry ─────────────────────────────────────────────────────────────
 
 
-def test_registry_shares_one_controller_per_migration_and_group() -> None:
-    first = adaptive_for("m1", "shardA", SETTINGS, {"batch_size": 100})
-    assert adaptive_for("m1", "shardA", SETTINGS, {"batch_size": 300}) is first
+def test_registry_shares_one_controller_per_migration_and_group(
+    registry: ThrottleRegistry,
+) -> None:
+    first = registry.adaptive_for("m1", "shardA", SETTINGS, {"batch_size": 100})
+    assert registry.adaptive_for("m1", "shardA", SETTINGS, {"batch_size": 300}) is first
     assert first.batch_size() == 100  # a later partition's state does not reseed it
-    assert adaptive_for("m1", "shardB", SETTINGS) is not first
-    assert adaptive_for("m1", None, SETTINGS) is not first
-    assert adaptive_for("m2", "shardA", SETTINGS) is not first
-    assert adaptive_for("m1", "shardA", SETTINGS, namespace="other.db") is not first
+    assert registry.adaptive_for("m1", "shardB", SETTINGS) is not first
+    assert registry.adaptive_for("m1", None, SETTINGS) is not first
+    assert registry.adaptive_for("m2", "shardA", SETTINGS) is not first
+    assert ThrottleRegistry().adaptive_for("m1", "shardA", SETTINGS) is not first  # another kit
 
 
-def test_registry_replaces_a_controller_whose_settings_changed_keeping_its_state() -> None:
-    first = adaptive_for("m1", None, SETTINGS, {"batch_size": 100, "pause_ms": 300})
+def test_registry_replaces_a_controller_whose_settings_changed_keeping_its_state(
+    registry: ThrottleRegistry,
+) -> None:
+    first = registry.adaptive_for("m1", None, SETTINGS, {"batch_size": 100, "pause_ms": 300})
     narrower = AdaptiveSettings(min_batch_size=10, max_batch_size=80, max_pause_ms=200)
-    second = adaptive_for("m1", None, narrower)
+    second = registry.adaptive_for("m1", None, narrower)
     assert second is not first
     assert (second.batch_size(), second.pause_ms()) == (80, 200)
-    assert adaptive_for("m1", None, narrower) is second
+    assert registry.adaptive_for("m1", None, narrower) is second
 
 
-def test_registry_is_shared_between_threads() -> None:
+def test_registry_is_shared_between_threads(registry: ThrottleRegistry) -> None:
     found: list[AdaptiveController] = []
     lock = threading.Lock()
 
     def claim() -> None:
-        controller = adaptive_for("m1", "g", SETTINGS)
+        controller = registry.adaptive_for("m1", "g", SETTINGS)
         with lock:
             found.append(controller)
 
@@ -269,12 +272,27 @@ def test_registry_is_shared_between_threads() -> None:
     assert len({id(controller) for controller in found}) == 1
 
 
-def test_forget_adaptive() -> None:
-    adaptive_for("m1", None, SETTINGS)
-    adaptive_for("m1", "g", SETTINGS, namespace="x")
-    adaptive_for("m2", None, SETTINGS)
-    assert forget_adaptive("m1") == 2
-    assert forget_adaptive() == 1
+def test_forget_drops_the_controllers_of_one_migration_or_all(
+    registry: ThrottleRegistry,
+) -> None:
+    registry.adaptive_for("m1", None, SETTINGS)
+    registry.adaptive_for("m1", "g", SETTINGS)
+    registry.adaptive_for("m2", None, SETTINGS)
+    assert registry.migrations() == {"m1", "m2"}
+    assert registry.forget("m1") == 2
+    assert registry.migrations() == {"m2"}
+    assert registry.forget() == 1
+    assert registry.migrations() == frozenset()
+
+
+def test_a_forgotten_controller_resumes_from_the_stored_state(
+    registry: ThrottleRegistry,
+) -> None:
+    first = registry.adaptive_for("m1", None, SETTINGS, {"batch_size": 100})
+    registry.forget("m1")
+    again = registry.adaptive_for("m1", None, SETTINGS, {"batch_size": 300})
+    assert again is not first
+    assert again.batch_size() == 300
 
 
 # ─── The user's throttle ──────────────────────────────────────────────────────
@@ -344,18 +362,35 @@ def test_raising_user_throttle_counts_as_zero_and_is_warned_once() -> None:
     ]
 
 
-def test_without_warn_a_process_wide_warning_is_logged_once(
+def test_throttles_sharing_a_warn_once_log_a_warning_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    name = f"m-{time.monotonic_ns()}"
-    throttle = Throttle(name, user_throttle=lambda ctx: "soon")
-    with caplog.at_level(logging.WARNING, logger=throttle_module.__name__):
+    warn = WarnOnce(logging.getLogger("tests.throttle"))
+    throttle = Throttle("m1", user_throttle=lambda ctx: "soon", warn=warn)
+    with caplog.at_level(logging.WARNING, logger="tests.throttle"):
         for _ in range(3):
-            Throttle(name, user_throttle=lambda ctx: "soon").before_batch(CancelToken())
+            Throttle("m1", user_throttle=lambda ctx: "soon", warn=warn).before_batch(CancelToken())
         throttle.before_batch(CancelToken())
     assert [record.getMessage() for record in caplog.records].count(
-        f"{name}: throttle() returned str, not a non-negative number of ms; ignored"
+        "m1: throttle() returned str, not a non-negative number of ms; ignored"
     ) == 1
+
+
+def test_without_warn_a_throttle_logs_its_warning_once(caplog: pytest.LogCaptureFixture) -> None:
+    throttle = Throttle("m1", user_throttle=lambda ctx: "soon")
+    with caplog.at_level(logging.WARNING, logger=pacing.__name__):
+        for _ in range(3):
+            throttle.before_batch(CancelToken())
+    assert [record.getMessage() for record in caplog.records] == [
+        "m1: throttle() returned str, not a non-negative number of ms; ignored"
+    ]
+
+
+def test_warning_keys_name_what_a_throttle_warns_about() -> None:
+    warnings = Warnings()
+    Throttle("m1", user_throttle=lambda ctx: "soon", warn=warnings).before_batch(CancelToken())
+    Throttle("m1", user_throttle=lambda ctx: 1 / 0, warn=warnings).before_batch(CancelToken())
+    assert {key for key, _ in warnings.said} == warning_keys("m1")
 
 
 def test_waits_pause_plus_user_plus_adaptive_pause() -> None:
@@ -397,15 +432,14 @@ class ScriptedLag:
         self.lags = list(lags)
         self.calls = 0
 
-    def lag_ms(self, warn: WarnOnce | None = None) -> int | None:
+    def lag_ms(self, warn: Warn | None = None) -> int | None:
         self.calls += 1
         return self.lags.pop(0) if len(self.lags) > 1 else self.lags[0]
 
 
 @pytest.fixture
 def quick_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(throttle_module, "LAG_BACKOFF_START_S", 0.01)
-    monkeypatch.setattr(throttle_module, "LAG_BACKOFF_MAX_S", 0.02)
+    monkeypatch.setattr(pacing, "LAG_BACKOFF", Backoff(first=0.01, cap=0.02))
 
 
 @pytest.mark.usefixtures("quick_backoff")
@@ -505,7 +539,7 @@ def test_excluded_members_from_config() -> None:
             ]
         }
     }
-    assert throttle_module._excluded_members(config) == frozenset({"h:1", "d:1", "old:1"})
+    assert lag._excluded_members(config) == frozenset({"h:1", "d:1", "old:1"})
 
 
 # ─── Overload classification ──────────────────────────────────────────────────

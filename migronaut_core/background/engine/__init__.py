@@ -1,0 +1,13 @@
+"""The batch engine: how a lane rewrites a leased partition, batch by batch.
+
+- :mod:`.batch` — the one write path (:func:`~.batch.apply_batch`: transform,
+  guarded bulk write, conflict re-reads) and a plain batch with its fenced checkpoint;
+- :mod:`.readahead` — plain batches with the next one read while this one is written;
+- :mod:`.transactional` — a batch and its checkpoint in one transaction;
+- :mod:`.steps` — ``mode: "step"`` migrations, run as checkpointed steps;
+- :mod:`.worker` — the loop over one partition that picks among these;
+- :mod:`.throttle` — what a lane waits for between batches.
+
+This ``__init__`` imports nothing: the runtime imports :mod:`.throttle`, and the
+rest of the engine imports the runtime.
+"""

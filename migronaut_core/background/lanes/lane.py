@@ -179,7 +179,7 @@ def _work(
         },
     )
     throttle = Throttle.for_job(
-        job, partition, client=rt.client, warn=rt.warn_once, namespace=rt.store.namespace
+        job, partition, registry=rt.throttles, client=rt.client, warn=rt.warn_once
     )
     try:
         with LeaseKeeper(rt, lease) as keeper:

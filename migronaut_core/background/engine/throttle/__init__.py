@@ -1,0 +1,48 @@
+"""Pacing between batches: what keeps a background migration polite.
+
+A background migration rewrites a collection the application is using, so each
+lane waits before every batch for:
+
+- the fixed pause of the spec (``throttle.pause_ms``);
+- the user's ``throttle(ctx)`` function, whose result is extra milliseconds;
+- the adaptive controller's pause (:mod:`.adaptive`);
+- replication lag: with ``throttle.max_lag_ms``, a lane waits while the slowest
+  secondary is further behind the primary than that (:mod:`.lag`).
+
+:mod:`.pacing` holds the :class:`Throttle` of one lane, which adds these up;
+:mod:`.registry` the controllers and lag probes the lanes of one runtime share
+(one controller per migration and shard group, whose state is stored on the
+partition so a later lane resumes from it), freed when a migration ends.
+Overload is judged by :func:`migronaut_core.server_errors.is_overload`.
+Log lines carry migration names and numbers, never documents.
+"""
+
+from migronaut_core.background.engine.throttle.adaptive import (
+    AdaptiveController,
+    ThrottleChange,
+)
+from migronaut_core.background.engine.throttle.lag import (
+    LagProbe,
+    LagSource,
+    replication_lag_ms,
+)
+from migronaut_core.background.engine.throttle.pacing import (
+    PacedJob,
+    Throttle,
+    ThrottleContext,
+    warning_keys,
+)
+from migronaut_core.background.engine.throttle.registry import ThrottleRegistry
+
+__all__ = [
+    "AdaptiveController",
+    "LagProbe",
+    "LagSource",
+    "PacedJob",
+    "Throttle",
+    "ThrottleChange",
+    "ThrottleContext",
+    "ThrottleRegistry",
+    "replication_lag_ms",
+    "warning_keys",
+]

@@ -1,0 +1,241 @@
+"""The throttle of one lane: what it waits for before a batch, and what it learns after one.
+
+A :class:`Throttle` is built per claimed partition (:meth:`Throttle.for_job`)
+from the spec's ``throttle`` settings, the user's ``throttle(ctx)`` function and
+the controller and lag probe the lanes of a runtime share (a
+:class:`~migronaut_core.background.engine.throttle.registry.ThrottleRegistry`).
+Every wait goes through :meth:`CancelToken.sleep`: cancelling wakes it at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from migronaut_core.background.backoff import Backoff
+from migronaut_core.background.cancel import CancelToken
+from migronaut_core.background.engine.throttle.adaptive import AdaptiveController, ThrottleChange
+from migronaut_core.background.engine.throttle.lag import LagSource
+from migronaut_core.background.engine.throttle.registry import ThrottleRegistry
+from migronaut_core.background.spec import BackgroundFunctions, BackgroundSpec
+from migronaut_core.background.warn_once import Warn, WarnOnce
+from migronaut_core.server_errors import is_overload
+
+if TYPE_CHECKING:
+    from pymongo import MongoClient
+
+__all__ = ["MAX_USER_PAUSE_MS", "PacedJob", "Throttle", "ThrottleContext", "warning_keys"]
+
+log = logging.getLogger(__name__)
+
+#: A user's throttle result is capped to this (the limit of ``pause_ms``).
+MAX_USER_PAUSE_MS: Final = 3_600_000
+#: A lagging secondary is looked at again after 0.25 s, doubling up to 2 s.
+LAG_BACKOFF: Final = Backoff(first=0.25, cap=2.0)
+#: What a throttle warns about: the user's function raised, or returned no number.
+_WARNINGS: Final = ("raised", "value")
+
+
+def _warning_key(kind: str, migration: str) -> str:
+    return f"throttle-{kind}:{migration}"
+
+
+def warning_keys(migration: str) -> frozenset[str]:
+    """The warn-once keys the throttles of ``migration`` use (forgotten when it ends)."""
+    return frozenset(_warning_key(kind, migration) for kind in _WARNINGS)
+
+
+class PacedJob(Protocol):
+    """What :meth:`Throttle.for_job` reads of a job (a ``Job`` is one)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def spec(self) -> BackgroundSpec: ...
+
+    @property
+    def fns(self) -> BackgroundFunctions: ...
+
+    @property
+    def generation(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ThrottleContext:
+    """What a user's ``throttle(ctx)`` sees; it returns extra milliseconds to wait."""
+
+    migration: str
+    generation: int
+    partition: str
+    batch_size: int
+    collection: str | None = None
+
+
+@dataclass
+class Throttle:
+    """Everything one lane waits for before a batch, and what it learns after one.
+
+    :meth:`before_batch` waits ``pause_ms`` + the user's ``throttle(ctx)`` +
+    the adaptive pause, then (with ``max_lag_ms`` and a ``lag_probe``) while a
+    secondary lags too far, backing off from 0.25 s to 2 s between looks. A
+    user function that raises or returns something other than a non-negative
+    number counts as 0 and is warned about once (through ``warn``: the
+    runtime's in a lane, else the throttle's own); it never fails the slice.
+    """
+
+    migration: str
+    pause_ms: int = 0
+    user_throttle: Callable[[ThrottleContext], Any] | None = None
+    generation: int = 0
+    partition: str = ""
+    batch_size: int = 0
+    max_lag_ms: int | None = None
+    lag_probe: LagSource | None = None
+    adaptive: AdaptiveController | None = None
+    warn: Warn = field(default_factory=lambda: WarnOnce(log))
+    collection: str | None = None
+    _lagged: bool = field(default=False, init=False, repr=False)
+
+    @classmethod
+    def for_job(
+        cls,
+        job: PacedJob,
+        partition: Mapping[str, Any],
+        *,
+        registry: ThrottleRegistry,
+        client: MongoClient[Any] | None,
+        warn: Warn,
+    ) -> Throttle:
+        """Build a lane's throttle for one claimed partition of ``job``.
+
+        Wires the spec's ``throttle`` settings, the user's function, the
+        shared lag probe of ``client`` (when ``max_lag_ms`` is set) and the
+        shared controller of the partition's group (when ``adaptive`` is on;
+        the partition's stored ``throttle`` state seeds a new controller),
+        both from ``registry``; its warnings go to ``warn``.
+        """
+        spec = job.spec
+        lag_on = spec.throttle.max_lag_ms is not None
+        return cls(
+            migration=job.name,
+            pause_ms=spec.throttle.pause_ms,
+            user_throttle=job.fns.throttle,
+            generation=job.generation,
+            partition=str(partition.get("_id", "")),
+            batch_size=spec.batch_size,
+            max_lag_ms=spec.throttle.max_lag_ms,
+            lag_probe=registry.lag_probe(client) if lag_on and client is not None else None,
+            adaptive=_adaptive_of(job, partition, registry),
+            warn=warn,
+            collection=spec.collection,
+        )
+
+    def next_batch_size(self) -> int:
+        """The size the next batch should read: the controller's, else ``batch_size``."""
+        return self.adaptive.batch_size() if self.adaptive is not None else self.batch_size
+
+    def before_batch(self, cancel: CancelToken) -> bool:
+        """Wait before the next batch; return True when ``cancel`` fired (stop the lane)."""
+        wait_ms = self.pause_ms + self._user_pause_ms()
+        if self.adaptive is not None:
+            wait_ms += self.adaptive.pause_ms()
+        if wait_ms > 0 and cancel.sleep(wait_ms / 1000):
+            return True
+        if cancel.cancelled:
+            return True
+        return self._wait_for_lag(cancel)
+
+    def take_lagged(self) -> bool:
+        """Whether a wait for a lagging secondary happened since the last call; clears it."""
+        lagged, self._lagged = self._lagged, False
+        return lagged
+
+    def after_batch(self, latency_ms: float, *, overloaded: bool = False) -> ThrottleChange | None:
+        """Feed a written batch to the controller (a lag wait counts as overload)."""
+        lagged = self.take_lagged()
+        if self.adaptive is None:
+            return None
+        return self.adaptive.record(latency_ms, overloaded or lagged)
+
+    def after_error(self, error: BaseException, latency_ms: float) -> ThrottleChange | None:
+        """Feed a failed batch to the controller when ``error`` is an overload; else nothing."""
+        if self.adaptive is None or not is_overload(error):
+            return None
+        return self.adaptive.record(latency_ms, True)
+
+    def state(self) -> dict[str, int] | None:
+        """The controller's state to checkpoint on the partition, or None without one."""
+        return self.adaptive.state() if self.adaptive is not None else None
+
+    def _user_pause_ms(self) -> int:
+        if self.user_throttle is None:
+            return 0
+        ctx = ThrottleContext(
+            self.migration, self.generation, self.partition, self.next_batch_size(), self.collection
+        )
+        try:
+            value = self.user_throttle(ctx)
+        except Exception as exc:
+            self.warn(
+                _warning_key("raised", self.migration),
+                "%s: throttle() raised %s; not waiting for it",
+                self.migration,
+                type(exc).__name__,
+            )
+            return 0
+        return self._user_value(value)
+
+    def _user_value(self, value: Any) -> int:
+        if value is None:
+            return 0
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or not math.isfinite(value) or value < 0:
+            self.warn(
+                _warning_key("value", self.migration),
+                "%s: throttle() returned %s, not a non-negative number of ms; ignored",
+                self.migration,
+                type(value).__name__,
+            )
+            return 0
+        return min(int(value), MAX_USER_PAUSE_MS)
+
+    def _wait_for_lag(self, cancel: CancelToken) -> bool:
+        if self.max_lag_ms is None or self.lag_probe is None:
+            return False
+        looks = 0
+        while True:
+            lag = self.lag_probe.lag_ms(self.warn)
+            if lag is None or lag <= self.max_lag_ms:
+                return cancel.cancelled
+            self._lagged = True
+            looks += 1
+            delay = LAG_BACKOFF.seconds(looks)
+            log.debug(
+                "%s: a secondary lags %d ms (max %d ms); waiting %.2f s",
+                self.migration,
+                lag,
+                self.max_lag_ms,
+                delay,
+            )
+            if cancel.sleep(delay):
+                return True
+
+
+def _adaptive_of(
+    job: PacedJob, partition: Mapping[str, Any], registry: ThrottleRegistry
+) -> AdaptiveController | None:
+    """The shared controller of a claimed partition's group, when the spec asks for one."""
+    if job.spec.adaptive is None:
+        return None
+    group = partition.get("group")
+    return registry.adaptive_for(
+        job.name,
+        None if group is None else str(group),
+        job.spec.adaptive,
+        partition.get("throttle"),
+        start_batch_size=job.spec.batch_size,
+    )
