@@ -12,7 +12,7 @@ pymongo error, so callers need no ``isinstance`` chains.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from pymongo.errors import (
     AutoReconnect,
@@ -27,6 +27,7 @@ from pymongo.errors import (
 __all__ = [
     "DOCUMENT_ERROR_CODES",
     "commit_result_unknown",
+    "document_write_errors",
     "history_lost",
     "is_document_error",
     "is_overload",
@@ -101,6 +102,21 @@ def is_retryable_write(error: BaseException) -> bool:
 def is_document_error(code: object) -> bool:
     """Whether a write error's code fails one document rather than the batch."""
     return code in DOCUMENT_ERROR_CODES
+
+
+def document_write_errors(error: BulkWriteError) -> dict[int, dict[str, Any]] | None:
+    """The write errors of an unordered bulk write by op index, when each fails one
+    document only; None when the bulk failed as a whole (a write concern error, or
+    any write error that is not a document's)."""
+    details = error.details or {}
+    if details.get("writeConcernErrors"):
+        return None
+    failed: dict[int, dict[str, Any]] = {}
+    for write_error in details.get("writeErrors", ()):
+        if not is_document_error(write_error.get("code")):
+            return None
+        failed[write_error["index"]] = write_error
+    return failed
 
 
 def is_unauthorized(error: BaseException) -> bool:

@@ -44,7 +44,7 @@ from migronaut_core.errors import (
     MigronautError,
 )
 from migronaut_core.scrub import error_text, write_error_text
-from migronaut_core.server_errors import is_document_error
+from migronaut_core.server_errors import document_write_errors
 from migronaut_core.versioning import (
     canonical_id_key,
     clone_document,
@@ -227,15 +227,10 @@ def write_ops(
         result = target.bulk_write(list(ops), ordered=False, session=session)
         return result.modified_count, {}
     except BulkWriteError as exc:
-        details = exc.details
-        if details.get("writeConcernErrors"):
+        failed = document_write_errors(exc)
+        if failed is None:
             raise
-        failed: dict[int, Document] = {}
-        for write_error in details.get("writeErrors", []):
-            if not is_document_error(write_error.get("code")):
-                raise
-            failed[write_error["index"]] = write_error
-        return int(details.get("nModified", 0)), failed
+        return int(exc.details.get("nModified", 0)), failed
 
 
 def _by_ids(docs: Sequence[Document], partitioner: Partitioner) -> Document:
