@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG, Param, XComArg
 
 from migronaut_airflow.hooks.migronaut import MIGRATIONS_DIR_ENV, MigronautHook
 from migronaut_airflow.operators.background import (
@@ -140,10 +140,11 @@ def background_dag(
         wait = BackgroundLanesSensor(
             task_id="wait_for_lanes",
             migration=migration,
-            generation=coordinate.output["generation"],
-            plan=coordinate.output["plan"],
+            generation=XComArg(coordinate, key="generation"),
+            plan=XComArg(coordinate, key="plan"),
             conn_id=target.conn_id,
             database=target.database,
+            collection_prefix=XComArg(coordinate, key="collection_prefix"),
             poll_interval=poll_interval,
             no_lease_grace_seconds=no_lease_grace_seconds,
             timeout=sensor_timeout.total_seconds(),

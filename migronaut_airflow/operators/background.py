@@ -101,7 +101,8 @@ class CoordinateBackgroundOperator(MigronautOperator):
     """Run one coordinator step for a migration, as one round of this DAG run.
 
     ``process``: returns the slots (one per lane to start: the mapped lanes expand
-    over it) and pushes ``answer``, ``generation``, ``plan`` and ``round`` as XComs.
+    over it) and pushes ``answer``, ``generation``, ``plan``, ``round`` and
+    ``collection_prefix`` (the configured ``background_collection``) as XComs.
     ``wait``/``busy``: defers, then steps again.
     ``done``/``superseded``: skips what follows (a failed migration fails the task).
     """
@@ -147,6 +148,7 @@ class CoordinateBackgroundOperator(MigronautOperator):
         ti.xcom_push(key="generation", value=answer.generation)
         ti.xcom_push(key="plan", value=answer.plan)
         ti.xcom_push(key="round", value=answer.round)
+        ti.xcom_push(key="collection_prefix", value=self.kit.config.background_collection)
         self.log.info(
             "%s: %d lane(s) to start for generation %s",
             self.migration,

@@ -41,8 +41,8 @@ class BackgroundLanesSensor(BaseSensorOperator):
 
     Returns the reason waiting ended (``drained``, ``left-running``, ``replanned`` or
     ``no-live-lease``); the coordinator's next round decides what follows. Reads
-    only. ``migration``, ``generation`` and ``plan`` are templated, so they can come
-    from the coordinate task's XCom.
+    only. ``migration``, ``generation``, ``plan`` and ``collection_prefix`` are
+    templated, so they can come from the coordinate task's XCom.
 
     :param migration: name of the background migration.
     :param generation: generation of the pass the lanes were started on.
@@ -60,7 +60,7 @@ class BackgroundLanesSensor(BaseSensorOperator):
         no-live-lease grace cannot be measured across reschedules.
     """
 
-    template_fields: Sequence[str] = ("migration", "generation", "plan")
+    template_fields: Sequence[str] = ("migration", "generation", "plan", "collection_prefix")
 
     SUCCESS_STATES = ("success",)
     FAILURE_STATES = ("error",)

@@ -66,7 +66,7 @@ def test_defaults_and_templated_fields() -> None:
     assert sensor.conn_id == "migronaut_default"
     assert sensor.database is None
     assert sensor.poke_interval == 2.0
-    assert tuple(sensor.template_fields) == ("migration", "generation", "plan")
+    assert tuple(sensor.template_fields) == ("migration", "generation", "plan", "collection_prefix")
     assert BackgroundLanesSensor.SUCCESS_STATES == ("success",)
     assert BackgroundLanesSensor.FAILURE_STATES == ("error",)
 
