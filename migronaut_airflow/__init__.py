@@ -40,7 +40,10 @@ def get_provider_info() -> dict[str, Any]:
         "triggers": [
             {
                 "integration-name": "migronaut",
-                "python-modules": ["migronaut_airflow.triggers.lanes"],
+                "python-modules": [
+                    "migronaut_airflow.triggers.lanes",
+                    "migronaut_airflow.triggers.delay",
+                ],
             }
         ],
         "plugins": [
