@@ -34,7 +34,7 @@ _migrations = os.environ.get("MIGRONAUT_MIGRATIONS_DIR") or str(
 globals().update(
     build_dags(
         _migrations,
-        conn_id=os.environ.get("MIGRONAUT_CONN_ID", "migronaut_default"),
+        mongo_conn_id=os.environ.get("MIGRONAUT_CONN_ID", "migronaut_default"),
         drift_schedule=os.environ.get("MIGRONAUT_DRIFT_SCHEDULE") or timedelta(minutes=10),
     )
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,11 @@ from typing import Any
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import DAG, Param, XComArg
 
-from migronaut_airflow.hooks.migronaut import MIGRATIONS_DIR_ENV, MigronautHook
+from migronaut_airflow.hooks.migronaut import (
+    MIGRATIONS_DIR_ENV,
+    MigronautHook,
+    mongo_conn_id_from,
+)
 from migronaut_airflow.operators.background import (
     CONTROL_ACTIONS,
     BackgroundControlOperator,
@@ -65,19 +69,27 @@ class Target:
     """Where the DAGs' tasks work: a ``mongo`` connection, the migrations, config keys.
 
     :param migrations_dir: the migration files, as the workers see them.
-    :param conn_id: a ``mongo`` connection; its schema is the database.
+    :param mongo_conn_id: a ``mongo`` connection; its schema is the database.
     :param database: overrides the connection's schema.
     :param migronaut_config: further migronaut config keys (``lock_ttl_seconds``, …).
+    :param conn_id: deprecated name of ``mongo_conn_id`` (not kept as a field).
     """
 
     migrations_dir: str
-    conn_id: str = MigronautHook.default_conn_name
+    mongo_conn_id: str = MigronautHook.default_conn_name
     database: str | None = None
     migronaut_config: Mapping[str, Any] = field(default_factory=dict)
+    conn_id: InitVar[str | None] = None
+
+    def __post_init__(self, conn_id: str | None) -> None:
+        if conn_id is not None:
+            object.__setattr__(
+                self, "mongo_conn_id", mongo_conn_id_from(self.mongo_conn_id, conn_id)
+            )
 
     def operator_args(self) -> dict[str, Any]:
         return {
-            "conn_id": self.conn_id,
+            "mongo_conn_id": self.mongo_conn_id,
             "migrations_dir": self.migrations_dir,
             "database": self.database,
             "migronaut_config": dict(self.migronaut_config),
@@ -142,7 +154,7 @@ def background_dag(
             migration=migration,
             generation=XComArg(coordinate, key="generation"),
             plan=XComArg(coordinate, key="plan"),
-            conn_id=target.conn_id,
+            mongo_conn_id=target.mongo_conn_id,
             database=target.database,
             collection_prefix=XComArg(coordinate, key="collection_prefix"),
             poll_interval=poll_interval,
@@ -233,19 +245,24 @@ def up_dag(target: Target) -> DAG:
 def build_dags(
     migrations_dir: str | os.PathLike[str] | None = None,
     *,
-    conn_id: str = MigronautHook.default_conn_name,
+    mongo_conn_id: str = MigronautHook.default_conn_name,
     database: str | None = None,
     migronaut_config: Mapping[str, Any] | None = None,
     drift_schedule: timedelta | str | None = timedelta(minutes=10),
+    conn_id: str | None = None,
     **background_options: Any,
 ) -> dict[str, DAG]:
-    """Every migronaut DAG for one migrations directory, by DAG id (for a DAG file's globals)."""
+    """Every migronaut DAG for one migrations directory, by DAG id (for a DAG file's globals).
+
+    ``conn_id`` is the deprecated name of ``mongo_conn_id``; ``background_options``
+    go to :func:`background_dag`.
+    """
     chosen = migrations_dir or os.environ.get(MIGRATIONS_DIR_ENV)
     if not chosen:
         raise ValueError("build_dags needs migrations_dir or MIGRONAUT_MIGRATIONS_DIR")
     target = Target(
         migrations_dir=str(Path(chosen).resolve()),
-        conn_id=conn_id,
+        mongo_conn_id=mongo_conn_id_from(mongo_conn_id, conn_id),
         database=database,
         migronaut_config=dict(migronaut_config or {}),
     )

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow.providers.mongo.hooks.mongo import MongoHook
 from airflow.sdk.bases.hook import BaseHook
 
@@ -27,27 +29,29 @@ class MigronautHook(BaseHook):
     ``database`` is given. Nothing is looked up until :meth:`get_conn`, so a DAG
     file can build operators without reaching the metadata DB or MongoDB.
 
-    :param conn_id: the ``mongo`` connection id.
+    :param mongo_conn_id: the ``mongo`` connection id.
     :param migrations_dir: the migration files (default: ``$MIGRONAUT_MIGRATIONS_DIR``).
     :param database: overrides the connection's schema.
     :param config: further migronaut config keys (collection names, lock TTL, …).
+    :param conn_id: deprecated name of ``mongo_conn_id``.
     """
 
-    conn_name_attr = "conn_id"
+    conn_name_attr = "mongo_conn_id"
     default_conn_name = "migronaut_default"
     conn_type = "mongo"
     hook_name = "migronaut"
 
     def __init__(
         self,
-        conn_id: str = default_conn_name,
+        mongo_conn_id: str = default_conn_name,
         *,
         migrations_dir: str | os.PathLike[str] | None = None,
         database: str | None = None,
         config: Mapping[str, Any] | None = None,
+        conn_id: str | None = None,
     ) -> None:
         super().__init__()
-        self.conn_id = conn_id
+        self.mongo_conn_id = mongo_conn_id_from(mongo_conn_id, conn_id)
         self.migrations_dir = migrations_dir
         self.database = database
         self.config = dict(config or {})
@@ -57,13 +61,13 @@ class MigronautHook(BaseHook):
     def get_conn(self) -> Migronaut:
         """Return this hook's kit, connecting on first use."""
         if self._kit is None:
-            self._mongo = MongoHook(mongo_conn_id=self.conn_id)
+            self._mongo = MongoHook(mongo_conn_id=self.mongo_conn_id)
             database = self.database or self._mongo.connection.schema
             if not database:
                 raise ConfigInvalidError(
-                    f"connection {self.conn_id!r} names no database (its schema) and the task "
-                    "gives none",
-                    {"key": "database", "conn_id": self.conn_id},
+                    f"connection {self.mongo_conn_id!r} names no database (its schema) and the "
+                    "task gives none",
+                    {"key": "database", "conn_id": self.mongo_conn_id},
                 )
             overrides = {
                 **self.config,
@@ -103,3 +107,26 @@ class MigronautHook(BaseHook):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def mongo_conn_id_from(mongo_conn_id: str, conn_id: str | None) -> str:
+    """The connection id to use: ``mongo_conn_id``, or the deprecated ``conn_id`` if given.
+
+    The old name still works, with an ``AirflowProviderDeprecationWarning`` (a
+    ``DeprecationWarning``) naming the new one.
+
+    :raises TypeError: both names are given, with different connections.
+    """
+    if conn_id is None:
+        return mongo_conn_id
+    if mongo_conn_id not in (MigronautHook.default_conn_name, conn_id):
+        raise TypeError(
+            f"got mongo_conn_id={mongo_conn_id!r} and conn_id={conn_id!r}; "
+            "conn_id is the deprecated name of mongo_conn_id: pass only mongo_conn_id"
+        )
+    warnings.warn(
+        "the conn_id argument is deprecated; pass mongo_conn_id instead",
+        AirflowProviderDeprecationWarning,
+        stacklevel=3,
+    )
+    return conn_id

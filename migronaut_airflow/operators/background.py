@@ -17,7 +17,7 @@ from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOpe
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from migronaut_airflow.hooks.migronaut import MigronautHook
+from migronaut_airflow.hooks.migronaut import MigronautHook, mongo_conn_id_from
 from migronaut_airflow.triggers.delay import DelayTrigger
 from migronaut_core import Migronaut, MigronautError
 from migronaut_core.background.coordinator import Answer, Driver
@@ -41,23 +41,25 @@ def dag_id_for(migration: str) -> str:
 class MigronautOperator(BaseOperator):
     """Base of migronaut's operators: the connection, the migrations and a kit.
 
-    :param conn_id: a ``mongo`` connection (its schema is the database).
+    :param mongo_conn_id: a ``mongo`` connection (its schema is the database).
     :param migrations_dir: the migration files (default ``$MIGRONAUT_MIGRATIONS_DIR``).
     :param database: overrides the connection's schema.
     :param migronaut_config: further migronaut config keys (e.g. ``lock_ttl_seconds``).
+    :param conn_id: deprecated name of ``mongo_conn_id``.
     """
 
     def __init__(
         self,
         *,
-        conn_id: str = MigronautHook.default_conn_name,
+        mongo_conn_id: str = MigronautHook.default_conn_name,
         migrations_dir: str | None = None,
         database: str | None = None,
         migronaut_config: Mapping[str, Any] | None = None,
+        conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.conn_id = conn_id
+        self.mongo_conn_id = mongo_conn_id_from(mongo_conn_id, conn_id)
         self.migrations_dir = migrations_dir
         self.database = database
         self.migronaut_config = dict(migronaut_config or {})
@@ -65,7 +67,7 @@ class MigronautOperator(BaseOperator):
     @cached_property
     def hook(self) -> MigronautHook:
         return MigronautHook(
-            self.conn_id,
+            self.mongo_conn_id,
             migrations_dir=self.migrations_dir,
             database=self.database,
             config=self.migronaut_config,
@@ -255,10 +257,11 @@ class ContinueBackgroundOperator(TriggerDagRunOperator):
         *,
         migration: str,
         coordinate_task_id: str = "coordinate",
-        conn_id: str = MigronautHook.default_conn_name,
+        mongo_conn_id: str = MigronautHook.default_conn_name,
         migrations_dir: str | None = None,
         database: str | None = None,
         migronaut_config: Mapping[str, Any] | None = None,
+        conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("trigger_dag_id", dag_id_for(migration))
@@ -267,7 +270,10 @@ class ContinueBackgroundOperator(TriggerDagRunOperator):
         self.migration = migration
         self.coordinate_task_id = coordinate_task_id
         self.hook = MigronautHook(
-            conn_id, migrations_dir=migrations_dir, database=database, config=migronaut_config
+            mongo_conn_id_from(mongo_conn_id, conn_id),
+            migrations_dir=migrations_dir,
+            database=database,
+            config=migronaut_config,
         )
 
     def execute(self, context: Context) -> Any:

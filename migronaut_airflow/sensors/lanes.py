@@ -20,6 +20,7 @@ from airflow.providers.mongo.hooks.mongo import MongoHook
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException
 
+from migronaut_airflow.hooks.migronaut import MigronautHook, mongo_conn_id_from
 from migronaut_airflow.triggers.lanes import REASONS, BackgroundLanesTrigger, LanesWatch
 from migronaut_core.background.store import (
     LANES_STATE_PROJECTION,
@@ -47,7 +48,7 @@ class BackgroundLanesSensor(BaseSensorOperator):
     :param migration: name of the background migration.
     :param generation: generation of the pass the lanes were started on.
     :param plan: token of the plan the lanes were started on.
-    :param conn_id: Airflow connection of type ``mongo``.
+    :param mongo_conn_id: Airflow connection of type ``mongo``.
     :param database: database holding the state; ``None`` uses the connection's schema.
     :param collection_prefix: prefix of the state and partition collections.
     :param poll_interval: seconds between two checks (also the default
@@ -58,6 +59,7 @@ class BackgroundLanesSensor(BaseSensorOperator):
         ``[operators] default_deferrable`` says: in ``poke`` mode the sensor holds a
         worker slot for the whole pass. ``reschedule`` mode is refused, since the
         no-live-lease grace cannot be measured across reschedules.
+    :param conn_id: deprecated name of ``mongo_conn_id``.
     """
 
     template_fields: Sequence[str] = ("migration", "generation", "plan", "collection_prefix")
@@ -71,12 +73,13 @@ class BackgroundLanesSensor(BaseSensorOperator):
         migration: str,
         generation: int | str,
         plan: str,
-        conn_id: str = "migronaut_default",
+        mongo_conn_id: str = MigronautHook.default_conn_name,
         database: str | None = None,
         collection_prefix: str = "migronaut_background",
         poll_interval: float = 2.0,
         no_lease_grace_seconds: float = 30.0,
         deferrable: bool = True,
+        conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("poke_interval", poll_interval)
@@ -89,7 +92,7 @@ class BackgroundLanesSensor(BaseSensorOperator):
         self.migration = migration
         self.generation = generation
         self.plan = plan
-        self.conn_id = conn_id
+        self.mongo_conn_id = mongo_conn_id_from(mongo_conn_id, conn_id)
         self.database = database
         self.collection_prefix = collection_prefix
         self.poll_interval = poll_interval
@@ -100,7 +103,7 @@ class BackgroundLanesSensor(BaseSensorOperator):
     @cached_property
     def hook(self) -> MongoHook:
         """The MongoDB hook, built (and its connection looked up) on first use."""
-        return MongoHook(mongo_conn_id=self.conn_id)
+        return MongoHook(mongo_conn_id=self.mongo_conn_id)
 
     def execute(self, context: Context) -> Any:
         """Return the reason at once if waiting is already over; else poke or defer."""
@@ -117,7 +120,7 @@ class BackgroundLanesSensor(BaseSensorOperator):
             return reason
         self.defer(
             trigger=BackgroundLanesTrigger(
-                conn_id=self.conn_id,
+                mongo_conn_id=self.mongo_conn_id,
                 database=self.database,
                 migration=self.migration,
                 generation=self._generation(),

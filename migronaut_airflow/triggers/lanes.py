@@ -34,6 +34,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from asgiref.sync import sync_to_async
 from pymongo import AsyncMongoClient
 
+from migronaut_airflow.hooks.migronaut import MigronautHook, mongo_conn_id_from
 from migronaut_core.background.store import (
     LANES_STATE_PROJECTION,
     live_leases_filter,
@@ -120,7 +121,7 @@ class BackgroundLanesTrigger(BaseTrigger):
     Reads only; never changes the state or the partitions, so cancelling it (a
     triggerer restart, a user kill) needs no clean-up beyond closing its client.
 
-    :param conn_id: Airflow connection of type ``mongo`` (read through ``MongoHook``).
+    :param mongo_conn_id: Airflow connection of type ``mongo`` (read through ``MongoHook``).
     :param database: database holding the state; ``None`` uses the connection's schema.
     :param migration: name of the background migration (its state ``_id``).
     :param generation: generation of the pass the lanes were started on.
@@ -129,12 +130,14 @@ class BackgroundLanesTrigger(BaseTrigger):
     :param poll_interval: seconds between two polls.
     :param no_lease_grace_seconds: how long open partitions may go without any live
         lease before the lanes count as dead.
+    :param conn_id: deprecated name of ``mongo_conn_id`` (triggers serialized before
+        the rename carry it).
     """
 
     def __init__(
         self,
         *,
-        conn_id: str,
+        mongo_conn_id: str = MigronautHook.default_conn_name,
         database: str | None,
         migration: str,
         generation: int,
@@ -142,6 +145,7 @@ class BackgroundLanesTrigger(BaseTrigger):
         collection_prefix: str = "migronaut_background",
         poll_interval: float = 2.0,
         no_lease_grace_seconds: float = 30.0,
+        conn_id: str | None = None,
     ) -> None:
         super().__init__()
         if poll_interval <= 0:
@@ -150,7 +154,7 @@ class BackgroundLanesTrigger(BaseTrigger):
             raise ValueError(
                 f"no_lease_grace_seconds must not be negative, got {no_lease_grace_seconds!r}"
             )
-        self.conn_id = conn_id
+        self.mongo_conn_id = mongo_conn_id_from(mongo_conn_id, conn_id)
         self.database = database
         self.migration = migration
         self.generation = generation
@@ -164,7 +168,7 @@ class BackgroundLanesTrigger(BaseTrigger):
         return (
             f"{self.__class__.__module__}.{self.__class__.__qualname__}",
             {
-                "conn_id": self.conn_id,
+                "mongo_conn_id": self.mongo_conn_id,
                 "database": self.database,
                 "migration": self.migration,
                 "generation": self.generation,
@@ -192,7 +196,7 @@ class BackgroundLanesTrigger(BaseTrigger):
     async def _connect(self) -> AsyncMongoClient[dict[str, Any]]:
         # MongoHook looks its connection up in __init__, synchronously: build it in a
         # worker thread so the triggerer's event loop never blocks on the lookup.
-        hook = await sync_to_async(MongoHook)(mongo_conn_id=self.conn_id)
+        hook = await sync_to_async(MongoHook)(mongo_conn_id=self.mongo_conn_id)
         options = mongo_client_options(hook)
         options.setdefault("appname", "migronaut-airflow-trigger")
         return AsyncMongoClient(hook.uri, **options)

@@ -44,7 +44,7 @@ def make_sensor(migronaut_connection: str) -> Iterator[Factory]:
             "migration": NAME,
             "generation": 1,
             "plan": PLAN,
-            "conn_id": migronaut_connection,
+            "mongo_conn_id": migronaut_connection,
             "poll_interval": 0.05,
         }
         kwargs.update(overrides)
@@ -63,7 +63,7 @@ def make_sensor(migronaut_connection: str) -> Iterator[Factory]:
 def test_defaults_and_templated_fields() -> None:
     sensor = BackgroundLanesSensor(task_id="w", migration=NAME, generation=1, plan=PLAN)
     assert sensor.deferrable is True
-    assert sensor.conn_id == "migronaut_default"
+    assert sensor.mongo_conn_id == "migronaut_default"
     assert sensor.database is None
     assert sensor.poke_interval == 2.0
     assert tuple(sensor.template_fields) == ("migration", "generation", "plan", "collection_prefix")
@@ -73,7 +73,7 @@ def test_defaults_and_templated_fields() -> None:
 
 def test_building_looks_nothing_up() -> None:
     sensor = BackgroundLanesSensor(
-        task_id="w", migration=NAME, generation=1, plan=PLAN, conn_id="no_such_connection"
+        task_id="w", migration=NAME, generation=1, plan=PLAN, mongo_conn_id="no_such_connection"
     )
     assert "hook" not in sensor.__dict__
 
@@ -174,7 +174,7 @@ def test_deferrable_execute_defers_while_lanes_run(
     trigger = deferred.value.trigger
     assert isinstance(trigger, BackgroundLanesTrigger)
     assert trigger.serialize()[1] == {
-        "conn_id": migronaut_connection,
+        "mongo_conn_id": migronaut_connection,
         "database": None,
         "migration": NAME,
         "generation": 4,

@@ -100,7 +100,7 @@ def unreachable_connection() -> Iterator[str]:
 
 def make_trigger(conn_id: str, **overrides: Any) -> BackgroundLanesTrigger:
     kwargs: dict[str, Any] = {
-        "conn_id": conn_id,
+        "mongo_conn_id": conn_id,
         "database": None,
         "migration": NAME,
         "generation": 1,
@@ -133,7 +133,7 @@ async def no_event_within(trigger: BackgroundLanesTrigger, seconds: float) -> No
 
 def test_serialize_pins_classpath_and_kwargs() -> None:
     trigger = BackgroundLanesTrigger(
-        conn_id="c",
+        mongo_conn_id="c",
         database="d",
         migration=NAME,
         generation=3,
@@ -145,7 +145,7 @@ def test_serialize_pins_classpath_and_kwargs() -> None:
     classpath, kwargs = trigger.serialize()
     assert classpath == "migronaut_airflow.triggers.lanes.BackgroundLanesTrigger"
     assert kwargs == {
-        "conn_id": "c",
+        "mongo_conn_id": "c",
         "database": "d",
         "migration": NAME,
         "generation": 3,
@@ -159,7 +159,7 @@ def test_serialize_pins_classpath_and_kwargs() -> None:
 
 def test_serialize_keeps_defaults_and_a_missing_database() -> None:
     _, kwargs = BackgroundLanesTrigger(
-        conn_id="c", database=None, migration=NAME, generation=0, plan=PLAN
+        mongo_conn_id="c", database=None, migration=NAME, generation=0, plan=PLAN
     ).serialize()
     assert kwargs["database"] is None
     assert kwargs["collection_prefix"] == "migronaut_background"
