@@ -13,10 +13,11 @@ from collections.abc import Mapping
 from dataclasses import InitVar, dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
-from airflow.sdk import DAG, Param, XComArg
+from airflow.sdk import DAG, BaseOperator, Param, XComArg
+from airflow.sdk.definitions.mappedoperator import MappedOperator
 
 from migronaut_airflow.hooks.migronaut import (
     MIGRATIONS_DIR_ENV,
@@ -64,6 +65,22 @@ def _assigns_background(node: ast.stmt) -> bool:
     return False
 
 
+class OperatorArgs(TypedDict):
+    """The connection and config keywords every migronaut operator takes."""
+
+    mongo_conn_id: str
+    migrations_dir: str
+    database: str | None
+    migronaut_config: dict[str, Any]
+
+
+class Retries(TypedDict):
+    """``retries`` and ``retry_delay`` of a task."""
+
+    retries: int
+    retry_delay: timedelta
+
+
 @dataclass(frozen=True)
 class Target:
     """Where the DAGs' tasks work: a ``mongo`` connection, the migrations, config keys.
@@ -87,7 +104,7 @@ class Target:
                 self, "mongo_conn_id", mongo_conn_id_from(self.mongo_conn_id, conn_id)
             )
 
-    def operator_args(self) -> dict[str, Any]:
+    def operator_args(self) -> OperatorArgs:
         return {
             "mongo_conn_id": self.mongo_conn_id,
             "migrations_dir": self.migrations_dir,
@@ -96,7 +113,7 @@ class Target:
         }
 
 
-def _trigger_dags(task_id: str, upstream: Any, reason: str) -> Any:
+def _trigger_dags(task_id: str, upstream: BaseOperator, reason: str) -> MappedOperator:
     """Start the DAGs an upstream task returned (none: the mapped task is skipped)."""
     return TriggerDagRunOperator.partial(
         task_id=task_id, conf={"reason": reason}, skip_when_already_exists=True
@@ -133,7 +150,7 @@ def background_dag(
     ) as dag:
         # Coordinator steps and the sensor only read or compare-and-set: retrying them is
         # safe, and it rides out a deferred task that Airflow marks failed on resuming.
-        safe_retries = {"retries": 2, "retry_delay": timedelta(seconds=5)}
+        safe_retries: Retries = {"retries": 2, "retry_delay": timedelta(seconds=5)}
         coordinate = CoordinateBackgroundOperator(
             task_id="coordinate", migration=migration, **safe_retries, **connection
         )

@@ -20,6 +20,7 @@ from migronaut_airflow.operators.background import dag_id_for
 from migronaut_airflow.plugins.models import (
     AdaptiveThrottle,
     CoordinatorSeen,
+    CursorPosition,
     Drift,
     FailureReason,
     HistoryEntry,
@@ -262,7 +263,7 @@ def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def cursor_position(partition: Mapping[str, Any]) -> str:
+def cursor_position(partition: Mapping[str, Any]) -> CursorPosition:
     """``start`` before the first batch, ``end`` once done, ``moving`` in between."""
     if partition.get("status") == "done":
         return "end"

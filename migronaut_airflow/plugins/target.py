@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from airflow.configuration import conf
-from airflow.exceptions import AirflowNotFoundException
+from airflow.sdk.exceptions import AirflowNotFoundException
 
 from migronaut_airflow.hooks.migronaut import MIGRATIONS_DIR_ENV, MigronautHook
 from migronaut_core import Migronaut

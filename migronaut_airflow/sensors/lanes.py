@@ -17,7 +17,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.mongo.hooks.mongo import MongoHook
-from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk import BaseSensorOperator, PokeReturnValue, XComArg
 from airflow.sdk.exceptions import AirflowException
 
 from migronaut_airflow.hooks.migronaut import MigronautHook, mongo_conn_id_from
@@ -43,7 +43,8 @@ class BackgroundLanesSensor(BaseSensorOperator):
     Returns the reason waiting ended (``drained``, ``left-running``, ``replanned`` or
     ``no-live-lease``); the coordinator's next round decides what follows. Reads
     only. ``migration``, ``generation``, ``plan`` and ``collection_prefix`` are
-    templated, so they can come from the coordinate task's XCom.
+    templated, so they can come from the coordinate task's XCom (an ``XComArg`` is
+    resolved before the sensor runs).
 
     :param migration: name of the background migration.
     :param generation: generation of the pass the lanes were started on.
@@ -71,11 +72,11 @@ class BackgroundLanesSensor(BaseSensorOperator):
         self,
         *,
         migration: str,
-        generation: int | str,
-        plan: str,
+        generation: int | str | XComArg,
+        plan: str | XComArg,
         mongo_conn_id: str = MigronautHook.default_conn_name,
         database: str | None = None,
-        collection_prefix: str = "migronaut_background",
+        collection_prefix: str | XComArg = "migronaut_background",
         poll_interval: float = 2.0,
         no_lease_grace_seconds: float = 30.0,
         deferrable: bool = True,
@@ -125,7 +126,7 @@ class BackgroundLanesSensor(BaseSensorOperator):
                 migration=self.migration,
                 generation=self._generation(),
                 plan=str(self.plan),
-                collection_prefix=self.collection_prefix,
+                collection_prefix=self._collection_prefix(),
                 poll_interval=self.poll_interval,
                 no_lease_grace_seconds=self.no_lease_grace_seconds,
             ),
@@ -165,10 +166,17 @@ class BackgroundLanesSensor(BaseSensorOperator):
         self._close_client()
 
     def _generation(self) -> int:
-        try:
-            return int(self.generation)
-        except (TypeError, ValueError):
-            raise ValueError("generation must be an integer (after templating)") from None
+        if not isinstance(self.generation, XComArg):
+            try:
+                return int(self.generation)
+            except (TypeError, ValueError):
+                pass
+        raise ValueError("generation must be an integer (after templating)")
+
+    def _collection_prefix(self) -> str:
+        if isinstance(self.collection_prefix, XComArg):
+            raise ValueError("collection_prefix must be a string (after templating)")
+        return self.collection_prefix
 
     def _check(self) -> str | None:
         """Judge the lanes once, synchronously; the reason when waiting is over."""
@@ -179,7 +187,7 @@ class BackgroundLanesSensor(BaseSensorOperator):
                 generation=generation, plan=plan, no_lease_grace_seconds=self.no_lease_grace_seconds
             )
         db = self.hook.get_conn().get_database(self.database)
-        names = BackgroundCollections.from_prefix(self.collection_prefix)
+        names = BackgroundCollections.from_prefix(self._collection_prefix())
         state = db[names.state].find_one({"_id": self.migration}, LANES_STATE_PROJECTION)
         verdict = watch.judge_state(state)
         if verdict is None:

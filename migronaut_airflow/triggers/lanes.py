@@ -147,7 +147,7 @@ class BackgroundLanesTrigger(BaseTrigger):
         no_lease_grace_seconds: float = 30.0,
         conn_id: str | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # Airflow leaves it unannotated
         if poll_interval <= 0:
             raise ValueError(f"poll_interval must be positive, got {poll_interval!r}")
         if no_lease_grace_seconds < 0:
@@ -191,7 +191,8 @@ class BackgroundLanesTrigger(BaseTrigger):
         else:
             self.log.info("Done waiting for the lanes of %s: %s", self.migration, fields["reason"])
             payload = {"status": "success", **fields}
-        yield TriggerEvent({**payload, "migration": self.migration})
+        event = {**payload, "migration": self.migration}
+        yield TriggerEvent(event)  # type: ignore[no-untyped-call]  # Airflow leaves it unannotated
 
     async def _connect(self) -> AsyncMongoClient[dict[str, Any]]:
         # MongoHook looks its connection up in __init__, synchronously: build it in a
