@@ -12,8 +12,8 @@ import pytest
 from pymongo.database import Database
 
 from migronaut_core import Migronaut
-from migronaut_core.background import dry_run as dry_run_module
-from migronaut_core.background.dry_run import DryRunReport
+from migronaut_core.background.dry_run import DryRunReport, sandbox
+from migronaut_core.background.dry_run import run as dry_run_entry
 from migronaut_core.errors import ConfigInvalidError, TransactionsUnsupportedError
 from tests.integration.background_support import SPLIT_NAME, make_kit, seed_users, write_background
 from tests.integration.test_cli import configure, migronaut
@@ -244,7 +244,7 @@ def test_validate_stops_isolating_write_errors_after_its_cap(
     seed_users(db, 10)
     db.users.create_index("handle", unique=True, sparse=True)
     write_background(migrations, body=SAME_HANDLE)
-    monkeypatch.setattr(dry_run_module, "MAX_WRITE_FAILURES", 3)
+    monkeypatch.setattr(sandbox, "MAX_WRITE_FAILURES", 3)
     before = users_hash(db)
 
     report = kit.dry_run_background(SPLIT_NAME, first=10, validate=True)
@@ -388,7 +388,7 @@ def test_validate_needs_transactions(
 ) -> None:
     seed_users(db, 5)
     write_background(migrations)
-    monkeypatch.setattr(dry_run_module, "supports_transactions", lambda client: False)
+    monkeypatch.setattr(dry_run_entry, "supports_transactions", lambda client: False)
     with pytest.raises(TransactionsUnsupportedError):
         kit.dry_run_background(SPLIT_NAME, validate=True)
     assert kit.dry_run_background(SPLIT_NAME, first=2).totals["documents"] == 2

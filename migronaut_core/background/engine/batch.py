@@ -119,14 +119,7 @@ def transform_all(
     """
     many = job.transform_many
     if many is not None:
-        out = many([clone_document(doc) for doc in docs], ctx)
-        if not isinstance(out, list) or len(out) != len(docs):
-            got = len(out) if isinstance(out, list) else "no"
-            raise BackgroundFailedError(
-                f"{job.name}: the batch transform returned {got} result(s) for {len(docs)} "
-                "document(s); it must return one per document, in order",
-                {"migration": job.name},
-            )
+        out = batch_results(job, many([clone_document(doc) for doc in docs], ctx), len(docs))
         return [_one_result(doc, result) for doc, result in zip(docs, out, strict=True)]
     one = job.transform_one
     assert one is not None  # the spec guarantees a transform for each direction it runs
@@ -137,6 +130,21 @@ def transform_all(
         except Exception as exc:
             results.append((doc, None, DocError(doc["_id"], error_text(exc), "transform")))
     return results
+
+
+def batch_results(job: Job, out: Any, count: int) -> list[Any]:
+    """What a batch transform returned for ``count`` documents, checked: one result each.
+
+    :raises BackgroundFailedError: anything but a list of ``count`` results.
+    """
+    if not isinstance(out, list) or len(out) != count:
+        got = len(out) if isinstance(out, list) else "no"
+        raise BackgroundFailedError(
+            f"{job.name}: the batch transform returned {got} result(s) for {count} "
+            "document(s); it must return one per document, in order",
+            {"migration": job.name},
+        )
+    return out
 
 
 def _one_result(doc: Document, result: Any) -> tuple[Document, Document | None, DocError | None]:
@@ -152,32 +160,45 @@ def build_ops(
     job: Job, transformed: Sequence[tuple[Document, Document | None, DocError | None]]
 ) -> tuple[list[UpdateOne], list[Document], list[DocError]]:
     """Guarded updates for the transformed documents, the document behind each, and errors."""
-    spec = job.spec
     ops: list[UpdateOne] = []
     owners: list[Document] = []
     errors: list[DocError] = []
     for doc, new_doc, error in transformed:
-        if error is not None or new_doc is None:
-            errors.append(error or DocError(doc["_id"], "no result", "shape"))
-            continue
-        refused = job.partitioner.check_transform(doc, new_doc)
-        if refused is not None:
-            errors.append(DocError(doc["_id"], refused.message, refused.reason))
-            continue
-        try:
-            update = stamped_diff(
-                doc,
-                new_doc,
-                field=spec.field,
-                target_version=job.target,
-                revision_field=spec.revision_field,
-            )
-        except MigronautError as exc:
-            errors.append(DocError(doc["_id"], exc.message, "shape"))
+        update = document_update(job, doc, new_doc, error)
+        if isinstance(update, DocError):
+            errors.append(update)
             continue
         ops.append(guarded_update(job, doc, update))
         owners.append(doc)
     return ops, owners, errors
+
+
+def document_update(
+    job: Job, doc: Document, new_doc: Document | None, error: DocError | None
+) -> Document | DocError:
+    """The stamped update that rewrites one transformed document, or why it cannot be written.
+
+    ``(doc, new_doc, error)`` is one item of :func:`transform_all`. The update
+    touches only the fields the transform changed, plus the version (and
+    revision) stamps; the error's reason is ``transform``, ``shape`` or the
+    partitioner's refusal (a changed shard key).
+    """
+    if error is not None or new_doc is None:
+        return error or DocError(doc["_id"], "no result", "shape")
+    refused = job.partitioner.check_transform(doc, new_doc)
+    if refused is not None:
+        return DocError(doc["_id"], refused.message, refused.reason)
+    spec = job.spec
+    try:
+        return stamped_diff(
+            doc,
+            new_doc,
+            field=spec.field,
+            target_version=job.target,
+            revision_field=spec.revision_field,
+        )
+    except MigronautError as exc:
+        return DocError(doc["_id"], exc.message, "shape")
 
 
 def guarded_update(job: Job, doc: Document, update: Document) -> UpdateOne:

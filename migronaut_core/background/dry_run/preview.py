@@ -1,0 +1,203 @@
+"""Picking a dry run's documents and previewing what a pass would write to them.
+
+The job is the one a pass would run (the registered spec, direction and
+excluded documents, else the file's), documents are read through its version
+index, and each transformed copy goes through the engine's own per-document
+step (:func:`~migronaut_core.background.engine.batch.document_update`), so a
+preview shows exactly the fields a pass would ``$set`` and ``$unset``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Final
+
+from pymongo.client_session import ClientSession
+from pymongo.errors import ExecutionTimeout
+
+from migronaut_core.background.cancel import CancelToken
+from migronaut_core.background.dry_run.options import check_mode
+from migronaut_core.background.dry_run.report import DocumentPreview, Method
+from migronaut_core.background.engine.batch import (
+    TransformContext,
+    document_update,
+    transform_all,
+)
+from migronaut_core.background.job import Job, partitioner_for
+from migronaut_core.background.runtime import LoadedBackground, Runtime
+from migronaut_core.background.spec import BackgroundSpec, Direction, exclude_bad_ids, match_of
+from migronaut_core.errors import DocError
+from migronaut_core.scrub import error_text
+from migronaut_core.versioning import canonical_id_key
+
+__all__ = [
+    "COUNT_CAP",
+    "COUNT_TIMEOUT_MS",
+    "DRY_RUN_PARTITION",
+    "Document",
+    "Transformed",
+    "chunks",
+    "dry_run_job",
+    "estimate",
+    "pick",
+    "preview",
+    "spec_of",
+    "transform",
+    "transform_context",
+    "transformed",
+]
+
+#: The match's count stops here (the estimate is then a floor: ``at_least``).
+COUNT_CAP: Final = 1_000_000
+#: How long the count may take before the estimate is left out.
+COUNT_TIMEOUT_MS: Final = 5_000
+#: What a transform sees as its partition in a dry run.
+DRY_RUN_PARTITION: Final = "dry-run"
+
+Document = dict[str, Any]
+Transformed = list[tuple[Document, Document | None, DocError | None]]
+
+
+# ─── The job ──────────────────────────────────────────────────────────────────
+
+
+def spec_of(name: str, loaded: LoadedBackground, state: Mapping[str, Any] | None) -> BackgroundSpec:
+    """The registered spec when there is one (it wins for running lanes), else the file's."""
+    if state is not None and state.get("spec"):
+        return BackgroundSpec.from_document(state["spec"], name=name)
+    return loaded.spec
+
+
+def dry_run_job(
+    rt: Runtime,
+    name: str,
+    loaded: LoadedBackground,
+    state: Mapping[str, Any] | None,
+    *,
+    steps: int | None,
+    from_start: bool,
+) -> Job:
+    """The job a pass would run: the registered spec, direction and exclusions, or the file's."""
+    spec = spec_of(name, loaded, state)
+    check_mode(name, spec, steps=steps, from_start=from_start)
+    assert spec.collection is not None  # a declarative spec always names its collection
+    direction: Direction = (
+        "revert" if state is not None and state.get("direction") == "revert" else "forward"
+    )
+    bad_ids = list((state or {}).get("bad_ids") or [])
+    # The preview refuses what lanes refuse (a transform that changes a shard key).
+    splitting = partitioner_for(rt, spec, direction)
+    return Job(
+        name=name,
+        spec=spec,
+        fns=loaded.fns,
+        direction=direction,
+        match=exclude_bad_ids(match_of(spec, direction), bad_ids),
+        partitioner=splitting.partitioner,
+        hint=splitting.hint,
+        log=logging.getLogger(f"migronaut.background.{name}"),
+        generation=int((state or {}).get("generation", 0)),
+        guard="pipeline" if rt.supports_pipeline_guard() else "filter",
+    )
+
+
+def transform_context(rt: Runtime, job: Job, session: ClientSession | None) -> TransformContext:
+    """What the transforms see in a dry run (``session``: the aborted transaction's)."""
+    return TransformContext(
+        migration=job.name,
+        direction=job.direction,
+        generation=job.generation,
+        partition=DRY_RUN_PARTITION,
+        db=rt.db,
+        client=rt.client,
+        log=job.log,
+        cancel=CancelToken(),
+        session=session,
+    )
+
+
+# ─── Picking documents ────────────────────────────────────────────────────────
+
+
+def _hint(job: Job) -> dict[str, Any]:
+    """The version index as a command's ``hint`` option (an aggregate takes no key list)."""
+    if job.hint is None:
+        return {}
+    if isinstance(job.hint, str | Mapping):
+        return {"hint": job.hint}
+    return {"hint": dict(job.hint)}
+
+
+def estimate(rt: Runtime, job: Job) -> tuple[int | None, bool]:
+    """Count the matching documents, up to :data:`COUNT_CAP`; ``None`` when out of time."""
+    try:
+        found = rt.db[job.collection].count_documents(
+            job.match, limit=COUNT_CAP, maxTimeMS=COUNT_TIMEOUT_MS, **_hint(job)
+        )
+    except ExecutionTimeout:
+        return None, False
+    return found, found >= COUNT_CAP
+
+
+def pick(rt: Runtime, job: Job, method: Method, size: int) -> list[Document]:
+    """The documents to look at: the first ``size`` by ``_id``, or a sample in ``_id`` order."""
+    collection = rt.db[job.collection]
+    if method == "first":
+        return list(collection.find(job.match, sort=[("_id", 1)], limit=size, **_hint(job)))
+    pipeline: list[dict[str, Any]] = [
+        {"$match": job.match},
+        {"$sample": {"size": size}},
+        {"$sort": {"_id": 1}},
+    ]
+    seen: set[str] = set()
+    picked: list[Document] = []
+    with collection.aggregate(pipeline, **_hint(job)) as sampled:
+        for doc in sampled:
+            key = canonical_id_key(doc["_id"])
+            if key not in seen:  # $sample may repeat a document; look at it once
+                seen.add(key)
+                picked.append(doc)
+    return picked
+
+
+def chunks(docs: Sequence[Document], size: int) -> Iterator[Sequence[Document]]:
+    for start in range(0, len(docs), size):
+        yield docs[start : start + size]
+
+
+# ─── Previewing ───────────────────────────────────────────────────────────────
+
+
+def transform(job: Job, docs: Sequence[Document], ctx: TransformContext) -> Transformed:
+    """:func:`transform_all`, where a failing batch transform fails each of its documents."""
+    try:
+        return transform_all(job, docs, ctx)
+    except Exception as exc:
+        text = f"the batch transform failed: {error_text(exc)}"
+        return [(doc, None, DocError(doc["_id"], text, "transform")) for doc in docs]
+
+
+def preview(
+    job: Job, doc: Document, new_doc: Document | None, error: DocError | None
+) -> DocumentPreview:
+    """The fields the guarded update would write for one transformed document, or its error."""
+    update = document_update(job, doc, new_doc, error)
+    if isinstance(update, DocError):
+        return DocumentPreview(doc["_id"], error=update.error, reason=update.reason)
+    set_fields = (*update.get("$set", {}), *update.get("$inc", {}))
+    unset_fields = tuple(update.get("$unset", {}))
+    stamps = {job.spec.field, job.spec.revision_field}
+    changed = any(name not in stamps for name in (*set_fields, *unset_fields))
+    return DocumentPreview(
+        doc["_id"], set_fields=set_fields, unset_fields=unset_fields, changed=changed
+    )
+
+
+def transformed(rt: Runtime, job: Job, docs: Sequence[Document]) -> list[DocumentPreview]:
+    """Previews from the transform alone, run on copies in batches of ``batch_size``."""
+    ctx = transform_context(rt, job, None)
+    previews: list[DocumentPreview] = []
+    for chunk in chunks(docs, job.spec.batch_size):
+        previews.extend(preview(job, *item) for item in transform(job, chunk, ctx))
+    return previews

@@ -1,0 +1,145 @@
+"""What a dry run reports: per-document previews and the reports of both kinds.
+
+Every type here is frozen and JSON-safe through ``to_dict``; none holds a
+document value, only ``_id``s, field names, counts and value-free error texts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from migronaut_core.background.spec import Direction
+from migronaut_core.background.views import json_safe
+
+__all__ = ["DocumentPreview", "DryRunReport", "Method", "StepDryRunReport"]
+
+Method = Literal["sample", "first"]
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentPreview:
+    """What a pass would do to one document: the fields it would write, or why it would fail.
+
+    :param id: the document's ``_id``.
+    :param set_fields: top-level fields the update would ``$set`` (the version
+        and revision stamps included), in the update's order.
+    :param unset_fields: top-level fields the update would ``$unset``.
+    :param changed: the transform changed something besides the stamps.
+    :param error: a value-free text, when the document would fail.
+    :param reason: with ``error``: ``transform`` (it raised or returned no
+        document), ``shape`` (what it returned cannot be written), and with
+        ``validate`` also ``write`` (the server refused the update: a duplicate
+        key, a validator), ``conflict`` (the document changed meanwhile) or
+        ``unvalidated`` (too many others failed to write first).
+    """
+
+    id: Any
+    set_fields: tuple[str, ...] = ()
+    unset_fields: tuple[str, ...] = ()
+    changed: bool = False
+    error: str | None = None
+    reason: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe: ``{id, changes: {set, unset}}`` or ``{id, error, reason}``."""
+        if self.failed:
+            return {"id": json_safe(self.id), "error": self.error, "reason": self.reason}
+        return {
+            "id": json_safe(self.id),
+            "changes": {"set": list(self.set_fields), "unset": list(self.unset_fields)},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class DryRunReport:
+    """The outcome of a dry run; nothing it describes was kept.
+
+    :param migration: the background migration's name.
+    :param collection: the collection it rewrites.
+    :param direction: ``forward``, or ``revert`` for a registered way back.
+    :param status: the registered migration's status; ``None`` when only the file exists.
+    :param file_changed: the file on disk differs from the registered one (its
+        functions ran with the registered spec; lanes wait until it is repinned).
+    :param method: ``sample`` (random matching documents) or ``first`` (by ``_id``).
+    :param size: how many documents were asked for.
+    :param validate: the real write path ran in an aborted transaction.
+    :param estimate: matching documents counted (``None``: the count ran out of time).
+    :param at_least: the count stopped at its cap; ``estimate`` is a floor.
+    :param documents: one preview per document looked at, in ``_id`` order.
+    """
+
+    migration: str
+    collection: str
+    direction: Direction
+    status: str | None
+    file_changed: bool
+    method: Method
+    size: int
+    validate: bool
+    estimate: int | None
+    at_least: bool
+    documents: tuple[DocumentPreview, ...]
+
+    @property
+    def registered(self) -> bool:
+        return self.status is not None
+
+    @property
+    def totals(self) -> dict[str, int]:
+        """``documents`` looked at, how many ``would_change`` (beyond the version stamp),
+        stay ``unchanged`` but for the stamp, and ``errors``."""
+        errors = sum(1 for doc in self.documents if doc.failed)
+        changing = sum(1 for doc in self.documents if not doc.failed and doc.changed)
+        return {
+            "documents": len(self.documents),
+            "would_change": changing,
+            "unchanged": len(self.documents) - errors - changing,
+            "errors": errors,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as JSON-safe data (ids rendered like the status views render them)."""
+        return {
+            "migration": self.migration,
+            "collection": self.collection,
+            "direction": self.direction,
+            "registered": self.registered,
+            "status": self.status,
+            "file_changed": self.file_changed,
+            self.method: self.size,
+            "validate": self.validate,
+            "estimate": self.estimate,
+            "at_least": self.at_least,
+            "totals": self.totals,
+            "documents": [doc.to_dict() for doc in self.documents],
+        }
+
+
+@dataclass(frozen=True)
+class StepDryRunReport:
+    """What ``steps`` steps of a step migration would do, from where it stands.
+
+    Each step reports ``done``, its counters, ``total`` and the size of the
+    checkpoint it returned (never the checkpoint itself), or a value-free error.
+    """
+
+    migration: str
+    direction: str
+    status: str | None
+    from_checkpoint: bool
+    steps: tuple[dict[str, Any], ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "migration": self.migration,
+            "mode": "step",
+            "direction": self.direction,
+            "status": self.status,
+            "from_checkpoint": self.from_checkpoint,
+            "steps": [dict(step) for step in self.steps],
+        }

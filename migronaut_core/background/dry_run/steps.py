@@ -1,0 +1,137 @@
+"""Dry runs of step migrations: a few steps in a transaction that is always aborted.
+
+The steps start from the migration's last checkpoint (or from none) and each
+reports its counters and the size of the checkpoint it returned, never the
+checkpoint itself. Only writes made with ``ctx.session`` are rolled back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import bson
+from pymongo import ReadPreference
+from pymongo.errors import PyMongoError
+from pymongo.read_concern import ReadConcern
+from pymongo.write_concern import WriteConcern
+
+from migronaut_core.background.cancel import CancelToken
+from migronaut_core.background.dry_run.options import check_steps
+from migronaut_core.background.dry_run.preview import spec_of
+from migronaut_core.background.dry_run.report import StepDryRunReport
+from migronaut_core.background.engine.steps import StepContext, read_step_result
+from migronaut_core.background.runtime import LoadedBackground, Runtime
+from migronaut_core.background.spec import BackgroundSpec, Direction
+from migronaut_core.errors import ConfigInvalidError, TransactionsUnsupportedError
+from migronaut_core.runner import supports_transactions
+from migronaut_core.scrub import error_text
+
+__all__ = ["dry_run_steps"]
+
+
+def dry_run_steps(
+    rt: Runtime, name: str, *, steps: int | None = None, from_start: bool = False
+) -> StepDryRunReport:
+    """Run ``steps`` steps of a step migration in a transaction that is always aborted.
+
+    It starts from the migration's last checkpoint (``from_start``: from none).
+    Only writes made with ``ctx.session`` are rolled back: a step that writes
+    without it writes for real, as it would in transactional mode.
+
+    :raises ConfigInvalidError: a declarative migration, or ``steps`` outside 1-100.
+    :raises TransactionsUnsupportedError: on a standalone server.
+    """
+    count = check_steps(steps)
+    loaded = rt.load(name)
+    state = rt.store.get(name, projection={"history": 0, "doc_errors": 0})
+    spec = spec_of(name, loaded, state)
+    if spec.mode != "step":
+        raise ConfigInvalidError(
+            f"dry run of {name}: {name} is declarative; dry-run it on a sample (sample, first)",
+            {"migration": name, "key": "steps"},
+        )
+    if not supports_transactions(rt.client):
+        raise TransactionsUnsupportedError(
+            f"dry run of {name}: steps run in an aborted transaction, which needs a replica "
+            "set or a sharded cluster; this server is standalone",
+            {"migration": name},
+        )
+    direction: Direction = "revert" if (state or {}).get("direction") == "revert" else "forward"
+    checkpoint = None if from_start else _last_checkpoint(rt, name, state)
+    previews = _run_steps(rt, name, loaded, spec, direction, checkpoint, count, state)
+    return StepDryRunReport(
+        migration=name,
+        direction=direction,
+        status=None if state is None else str(state.get("status")),
+        from_checkpoint=checkpoint is not None,
+        steps=tuple(previews),
+    )
+
+
+def _last_checkpoint(rt: Runtime, name: str, state: Mapping[str, Any] | None) -> Any:
+    if state is None:
+        return None
+    partitions = rt.store.list_partitions(name, generation=int(state.get("generation", 0)))
+    return (partitions[0].get("cursor") or {}).get("checkpoint") if partitions else None
+
+
+def _run_steps(
+    rt: Runtime,
+    name: str,
+    loaded: LoadedBackground,
+    spec: BackgroundSpec,
+    direction: Direction,
+    checkpoint: Any,
+    count: int,
+    state: Mapping[str, Any] | None,
+) -> list[dict[str, Any]]:
+    function = loaded.fns.step_for(direction)
+    assert function is not None  # the spec guarantees a step for each direction it runs
+    previews: list[dict[str, Any]] = []
+    with rt.client.start_session() as session:
+        session.start_transaction(
+            read_concern=ReadConcern("snapshot"),
+            write_concern=WriteConcern("majority"),
+            read_preference=ReadPreference.PRIMARY,
+        )
+        try:
+            for number in range(1, count + 1):
+                ctx = StepContext(
+                    migration=name,
+                    direction=direction,
+                    generation=int((state or {}).get("generation", 0)),
+                    checkpoint=checkpoint,
+                    deadline=time.monotonic() + spec.slice_ms / 1000,
+                    db=rt.db,
+                    client=rt.client,
+                    log=logging.getLogger(f"migronaut.background.{name}"),
+                    cancel=CancelToken(),
+                    session=session,
+                    dry_run=True,
+                )
+                try:
+                    result = read_step_result(name, function(ctx))
+                except Exception as exc:
+                    previews.append({"step": number, "error": error_text(exc)})
+                    break
+                size = len(bson.encode({"checkpoint": result.checkpoint}))
+                previews.append(
+                    {
+                        "step": number,
+                        "done": result.done,
+                        "counters": result.counters,
+                        "total": result.total,
+                        "checkpoint_bytes": size,
+                    }
+                )
+                checkpoint = result.checkpoint
+                if result.done:
+                    break
+        finally:
+            with contextlib.suppress(PyMongoError):
+                session.abort_transaction()
+    return previews
