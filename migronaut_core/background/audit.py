@@ -8,7 +8,10 @@
 - ``stalled`` — a running migration made no progress and saw no coordinator
   for a long time, and no lane holds a live lease;
 - ``missing_version_index`` — the collection of a declarative migration has no
-  index led by its version field (every pass and drift probe scans it);
+  index a drift probe can read through (neither the version index nor one led
+  by the version field ascending:
+  :func:`~migronaut_core.background.indexes.has_probe_index`), so every pass
+  and drift probe scans it;
 - ``dead_watcher`` — a watcher row says ``streaming``/``starting`` but its
   leader stopped writing it (only when a watcher is expected: drift mode
   ``stream``/``both``).
@@ -24,9 +27,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from pymongo.errors import PyMongoError
-
 from migronaut_core import files
+from migronaut_core.background.indexes import has_probe_index
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.store import STREAMING_FRESH_SECONDS, WatchStore
 from migronaut_core.errors import MigronautError
@@ -152,7 +154,7 @@ def _index_findings(
         return
     key = (collection, field)
     if key not in indexed:
-        indexed[key] = _has_version_index(rt, collection, field)
+        indexed[key] = has_probe_index(rt, collection, field)
     if not indexed[key]:
         yield Finding(
             "missing_version_index",
@@ -163,14 +165,6 @@ def _index_findings(
             "(create it, or declare versioning and run `migronaut converge`)",
             "warning",
         )
-
-
-def _has_version_index(rt: Runtime, collection: str, field: str) -> bool:
-    try:  # read afresh: the runtime's cache may predate a dropped index
-        keys = [dict(index["key"]) for index in rt.db[collection].list_indexes()]
-    except PyMongoError:
-        return False
-    return any(next(iter(key), None) == field for key in keys)
 
 
 def _watch_findings(watch: WatchStore) -> Iterator[Finding]:

@@ -1,0 +1,191 @@
+"""The version-index rule: which index a migration reads through, and whether it is there.
+
+Every decision "is this the version index" is made here, with one equality
+(:func:`same_index_key`: same fields, same order, same directions, ``1`` and
+``1.0`` alike):
+
+- the *version index* is ``{field: 1, _id: 1}`` (:func:`version_index_key`); an
+  unsharded collection needs exactly it (and so does one where
+  ``background_shard_aware = "off"``, whose ``_id``-range reads need it);
+- a sharded collection wants the variant that carries the shard key,
+  ``{field: 1, <shard key fields>, _id: 1}`` (a hashed field stays hashed;
+  :func:`~migronaut_core.background.planning.shard.sharded_version_index_key`
+  gives its shape): the version field leads, so one version is one tight index
+  range and drift probes stay a single seek; the shard-key fields follow, so
+  each chunk range of that version is contiguous and the shard-aware
+  partitioner can bound its reads with ``min``/``max``;
+- the plain variant when the shard key cannot be read (no privilege on
+  ``config``) or holds the version or revision field itself
+  (:func:`wanted_version_index`);
+- a drift probe (one equality on the version field) reads through the version
+  index, else any index led by the version field ascending
+  (:func:`probe_index`); the audit asks the same question
+  (:func:`has_probe_index`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from pymongo.errors import PyMongoError
+
+from migronaut_core.background.planning.shard import UNKNOWN, sharded_version_index_key
+
+if TYPE_CHECKING:
+    from migronaut_core.background.runtime import Runtime
+    from migronaut_core.background.spec import BackgroundSpec
+
+__all__ = [
+    "IndexKey",
+    "WantedIndex",
+    "has_index",
+    "has_probe_index",
+    "probe_hint",
+    "probe_index",
+    "same_index_key",
+    "version_hint",
+    "version_index_key",
+    "wanted_version_index",
+]
+
+IndexKey = list[tuple[str, Any]]
+ShardingMode = Literal["off", "shard", "unknown"]
+
+
+def version_index_key(spec: BackgroundSpec) -> list[tuple[str, int]]:
+    """The plain version index of a spec's collection: ``{field: 1, _id: 1}``."""
+    return _plain_key(spec.field)
+
+
+def _plain_key(field: str) -> list[tuple[str, int]]:
+    return [(field, 1), ("_id", 1)]
+
+
+def same_index_key(live: Mapping[str, Any], wanted: Sequence[tuple[str, Any]]) -> bool:
+    """Whether an index's key pattern is ``wanted``: same fields, order and directions."""
+    have = list(live.items())
+    if len(have) != len(wanted):
+        return False
+    for (name, kind), (wanted_name, wanted_kind) in zip(have, wanted, strict=True):
+        if name != wanted_name or _direction(kind) != _direction(wanted_kind):
+            return False
+    return True
+
+
+def _direction(kind: Any) -> Any:
+    """An index key's direction, comparable across numeric types (``1``, ``1.0``, ``Int64(1)``)."""
+    if isinstance(kind, int | float) and not isinstance(kind, bool):
+        return float(kind)
+    return str(kind)
+
+
+def has_index(rt: Runtime, collection: str, wanted: Sequence[tuple[str, Any]]) -> bool:
+    """Whether ``collection`` has an index keyed exactly ``wanted`` (the runtime's cached keys)."""
+    return any(same_index_key(key, wanted) for key in rt.index_keys(collection))
+
+
+# -- which index a collection needs -----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WantedIndex:
+    """The version index a collection needs.
+
+    :param key: its key pattern.
+    :param sharding: ``off`` (not sharded, or shard-awareness off), ``shard``
+        (sharded, key read) or ``unknown`` (sharded, key unreadable).
+    :param note: why the plain variant was chosen on a sharded collection.
+    """
+
+    key: IndexKey
+    sharding: ShardingMode
+    note: str | None = None
+
+
+def wanted_version_index(
+    rt: Runtime, collection: str, field: str, revision_field: str | None
+) -> WantedIndex:
+    """The version index ``collection`` needs: the shard-key variant, or the plain one."""
+    plain: IndexKey = list(_plain_key(field))
+    if rt.shard_aware == "off" or not rt.shards.is_sharded():
+        return WantedIndex(plain, "off")
+    facts = rt.shards.sharding_of(f"{rt.db.name}.{collection}")
+    if facts is None:
+        return WantedIndex(plain, "off")
+    if facts is UNKNOWN:
+        return WantedIndex(
+            plain,
+            "unknown",
+            "the shard key cannot be read (config needs clusterMonitor): the plain version "
+            "index was chosen",
+        )
+    if field in facts.key.names or (
+        revision_field is not None and revision_field in facts.key.names
+    ):
+        return WantedIndex(
+            plain,
+            "shard",
+            "the shard key holds the version or revision field: background migrations over "
+            "it split by _id",
+        )
+    return WantedIndex(sharded_version_index_key(field, facts.key), "shard")
+
+
+# -- hints -------------------------------------------------------------------------------
+
+
+def version_hint(rt: Runtime, spec: BackgroundSpec) -> list[tuple[str, int]] | None:
+    """The version index to hint, when the collection has it; warn once when it does not."""
+    assert spec.collection is not None
+    if has_index(rt, spec.collection, version_index_key(spec)):
+        return version_index_key(spec)
+    rt.warn_once(
+        f"index:{spec.collection}",
+        "%s has no {%s: 1, _id: 1} index: background migrations over it scan the collection "
+        "(create it, or declare versioning and converge)",
+        spec.collection,
+        spec.field,
+    )
+    return None
+
+
+def probe_index(keys: Sequence[Mapping[str, Any]], field: str) -> IndexKey | None:
+    """Among index key patterns, the one a drift probe on ``field`` reads through.
+
+    The version index; else any index led by ``field`` ascending — on a sharded
+    collection, the version index that carries the shard key; else ``None``.
+    """
+    plain: IndexKey = list(_plain_key(field))
+    if any(same_index_key(key, plain) for key in keys):
+        return plain
+    for key in keys:
+        first = next(iter(key.items()), None)
+        if first is not None and first[0] == field and _direction(first[1]) == 1.0:
+            return list(key.items())
+    return None
+
+
+def probe_hint(rt: Runtime, spec: BackgroundSpec) -> IndexKey | None:
+    """The index a drift probe (one equality on the version field) reads through.
+
+    :func:`probe_index` over the collection's indexes; else none (warned once,
+    as :func:`version_hint` does).
+    """
+    assert spec.collection is not None
+    found = probe_index(rt.index_keys(spec.collection), spec.field)
+    return found if found is not None else version_hint(rt, spec)
+
+
+def has_probe_index(rt: Runtime, collection: str, field: str) -> bool:
+    """Whether ``collection`` has an index a drift probe on ``field`` reads through.
+
+    Read afresh, not from the runtime's cache (which may predate a dropped
+    index); a collection whose indexes cannot be listed has none.
+    """
+    try:
+        keys = [dict(index["key"]) for index in rt.db[collection].list_indexes()]
+    except PyMongoError:
+        return False
+    return probe_index(keys, field) is not None
