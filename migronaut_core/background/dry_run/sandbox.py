@@ -143,21 +143,25 @@ def validated(rt: Runtime, job: Job, picked: Sequence[Document]) -> list[Documen
         write_failures += 1
         if write_failures >= MAX_WRITE_FAILURES:
             passed = {}
-            for doc_id in ids:
-                key = canonical_id_key(doc_id)
-                if key not in failed:
-                    failed[key] = DocumentPreview(
-                        doc_id,
-                        error=f"not validated: {MAX_WRITE_FAILURES} other documents failed to "
-                        "write first",
-                        reason="unvalidated",
-                    )
+            _give_up(ids, failed)
             break
     previews = []
     for doc_id in ids:
         key = canonical_id_key(doc_id)
         previews.append(failed.get(key) or passed[key])
     return previews
+
+
+def _give_up(ids: Sequence[Any], failed: dict[str, DocumentPreview]) -> None:
+    """Mark every document not failed yet as ``unvalidated`` (too many others failed first)."""
+    for doc_id in ids:
+        key = canonical_id_key(doc_id)
+        if key not in failed:
+            failed[key] = DocumentPreview(
+                doc_id,
+                error=f"not validated: {MAX_WRITE_FAILURES} other documents failed to write first",
+                reason="unvalidated",
+            )
 
 
 def _attempt(
