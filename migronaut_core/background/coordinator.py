@@ -36,13 +36,13 @@ from migronaut_core.background.planning.partition import Plan
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.spec import exclude_bad_ids, match_hash, match_of
 from migronaut_core.background.store import MAX_BAD_IDS, MAX_DOC_ERRORS, STATE_SCHEMA
+from migronaut_core.bson_values import canonical_id_key
 from migronaut_core.errors import (
     ChecksumMismatchError,
     LockAlreadyHeldError,
     MigrationFileNotFoundError,
     TransactionsUnsupportedError,
 )
-from migronaut_core.versioning import canonical_id_key
 
 log = logging.getLogger("migronaut_core.background")
 

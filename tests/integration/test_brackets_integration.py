@@ -29,13 +29,8 @@ from migronaut_core.background.planning.brackets import (
     plan_ranges,
     range_filter,
 )
-from migronaut_core.versioning import (
-    bson_equal,
-    canonical_id_key,
-    occ_filter,
-    stamped_diff,
-    version_filter,
-)
+from migronaut_core.bson_values import bson_equal, canonical_id_key
+from migronaut_core.versioning import occ_filter, stamped_diff, version_filter
 
 UTC = datetime.UTC
 VERSION_INDEX = [("_v", 1), ("_id", 1)]

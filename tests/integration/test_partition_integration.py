@@ -33,7 +33,8 @@ from migronaut_core.background.planning.partition import (
     Plan,
     find,
 )
-from migronaut_core.versioning import canonical_id_key, version_filter
+from migronaut_core.bson_values import canonical_id_key
+from migronaut_core.versioning import version_filter
 
 UTC = datetime.UTC
 P = IdRangePartitioner()

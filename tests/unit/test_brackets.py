@@ -27,8 +27,8 @@ from migronaut_core.background.planning.brackets import (
     range_filter,
     ranges_from_split_points,
 )
+from migronaut_core.bson_values import bson_equal, bson_type_name
 from migronaut_core.errors import ConfigInvalidError
-from migronaut_core.versioning import bson_equal, bson_type_name
 
 NAN = float("nan")
 

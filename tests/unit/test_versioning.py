@@ -17,12 +17,9 @@ from bson.binary import Binary
 from bson.datetime_ms import DatetimeMS
 from bson.raw_bson import RawBSONDocument
 
+from migronaut_core.bson_values import bson_equal, bson_type_name, canonical_id_key, clone_document
 from migronaut_core.errors import BackgroundFailedError, ConfigInvalidError, MigronautError
 from migronaut_core.versioning import (
-    bson_equal,
-    bson_type_name,
-    canonical_id_key,
-    clone_document,
     occ_filter,
     revision_of,
     stamped_diff,

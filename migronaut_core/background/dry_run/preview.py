@@ -27,9 +27,9 @@ from migronaut_core.background.engine.batch import (
 from migronaut_core.background.job import Job, partitioner_for
 from migronaut_core.background.runtime import LoadedBackground, Runtime
 from migronaut_core.background.spec import BackgroundSpec, Direction, exclude_bad_ids, match_of
+from migronaut_core.bson_values import canonical_id_key
 from migronaut_core.errors import DocError
 from migronaut_core.scrub import error_text
-from migronaut_core.versioning import canonical_id_key
 
 __all__ = [
     "COUNT_CAP",

@@ -34,10 +34,11 @@ from migronaut_core.background.engine.batch import TransformContext, apply_batch
 from migronaut_core.background.job import Job
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.spec import BackgroundFunctions
+from migronaut_core.bson_values import canonical_id_key, clone_document
 from migronaut_core.errors import DocError, DocumentFailedError, StoreError
 from migronaut_core.scrub import error_text
 from migronaut_core.server_errors import is_transient_transaction
-from migronaut_core.versioning import canonical_id_key, clone_document, version_of
+from migronaut_core.versioning import version_of
 
 __all__ = ["MAX_TRANSIENT_RETRIES", "MAX_WRITE_FAILURES", "validated"]
 

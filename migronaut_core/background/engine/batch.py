@@ -36,6 +36,7 @@ from migronaut_core.background.job import Job
 from migronaut_core.background.planning.partition import Partitioner, find
 from migronaut_core.background.spec import Direction
 from migronaut_core.background.store import BackgroundStore, Lease
+from migronaut_core.bson_values import canonical_id_key, clone_document
 from migronaut_core.errors import (
     BackgroundConflictError,
     BackgroundFailedError,
@@ -46,8 +47,6 @@ from migronaut_core.errors import (
 from migronaut_core.scrub import error_text, write_error_text
 from migronaut_core.server_errors import document_write_errors
 from migronaut_core.versioning import (
-    canonical_id_key,
-    clone_document,
     exact_value,
     guarded_pipeline,
     occ_filter,

@@ -44,6 +44,7 @@ from migronaut_core.background.engine.batch import (
 from migronaut_core.background.job import Job
 from migronaut_core.background.planning.partition import find
 from migronaut_core.background.spec import BackgroundSpec
+from migronaut_core.bson_values import canonical_id_key
 from migronaut_core.errors import (
     BackgroundConflictError,
     DocError,
@@ -56,7 +57,6 @@ from migronaut_core.server_errors import (
     is_transient_transaction,
     too_slow_or_too_big,
 )
-from migronaut_core.versioning import canonical_id_key
 
 #: Full-jitter back-off between transient retries: up to 50 ms · 2ⁿ, never past 2 s.
 TRANSIENT_BACKOFF = Backoff(first=0.1, cap=2.0, jitter=1.0)

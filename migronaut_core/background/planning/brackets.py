@@ -40,8 +40,8 @@ from typing import Any, Final
 
 from migronaut_core.background.planning.apportion import allocate, equal_weight_spans
 from migronaut_core.background.planning.filters import is_nan
+from migronaut_core.bson_values import bson_equal, bson_type_name, canonical_id_key
 from migronaut_core.errors import ConfigInvalidError
-from migronaut_core.versioning import bson_equal, bson_type_name, canonical_id_key
 
 __all__ = [
     "BRACKETS",

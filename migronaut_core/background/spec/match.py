@@ -16,7 +16,8 @@ from typing import Any, Final
 from bson import json_util
 
 from migronaut_core.background.spec.model import BackgroundSpec, Direction
-from migronaut_core.versioning import clone_document, version_filter
+from migronaut_core.bson_values import clone_document
+from migronaut_core.versioning import version_filter
 
 
 def match_of(spec: BackgroundSpec, direction: Direction) -> dict[str, Any]:

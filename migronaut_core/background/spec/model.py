@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias
 
-from migronaut_core.versioning import clone_document
+from migronaut_core.bson_values import clone_document
 
 Mode: TypeAlias = Literal["declarative", "step"]
 Direction: TypeAlias = Literal["forward", "revert"]

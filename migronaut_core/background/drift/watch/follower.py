@@ -40,11 +40,11 @@ from migronaut_core.background.drift.watch.upgrade import WATCH_ACTOR, Upgrader
 from migronaut_core.background.job import job_for
 from migronaut_core.background.store.watch import WATCH_COUNTERS, Fence
 from migronaut_core.background.views import json_safe
+from migronaut_core.bson_values import canonical_id_key
 from migronaut_core.errors import MigronautError
 from migronaut_core.lock import MongoLock
 from migronaut_core.scrub import error_text
 from migronaut_core.server_errors import history_lost
-from migronaut_core.versioning import canonical_id_key
 
 if TYPE_CHECKING:
     from migronaut_core.background.drift.watch.watcher import Watcher

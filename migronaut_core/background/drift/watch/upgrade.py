@@ -28,6 +28,7 @@ from migronaut_core.background.engine.batch import BatchResult, TransformContext
 from migronaut_core.background.engine.transactional import transaction_options
 from migronaut_core.background.job import Job
 from migronaut_core.background.runtime import Runtime
+from migronaut_core.bson_values import canonical_id_key
 from migronaut_core.changelog import Actor
 from migronaut_core.errors import (
     BackgroundConflictError,
@@ -36,7 +37,6 @@ from migronaut_core.errors import (
     MigronautError,
 )
 from migronaut_core.scrub import error_text
-from migronaut_core.versioning import canonical_id_key
 
 __all__ = ["WATCH_ACTOR", "Upgrader"]
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from migronaut_core.background.planning.partition.protocol import Refusal
+from migronaut_core.bson_values import bson_equal
 from migronaut_core.errors import ConfigInvalidError
-from migronaut_core.versioning import bson_equal
 
 __all__ = [
     "HASHED",
