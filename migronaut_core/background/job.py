@@ -22,7 +22,7 @@ from migronaut_core.background.planning.shard import (
     ShardPartitioner,
     sharded_version_index_key,
 )
-from migronaut_core.background.runtime import Runtime
+from migronaut_core.background.runtime import LoadedBackground, Runtime
 from migronaut_core.background.spec import (
     BackgroundFunctions,
     BackgroundSpec,
@@ -190,12 +190,30 @@ def job_for(
             "deploy, or pin the new version (migronaut background repin)",
             {"migration": name},
         )
-    spec = BackgroundSpec.from_document(state["spec"]) if state.get("spec") else loaded.spec
+    return build_job(rt, name, loaded, state, cancel=cancel)
+
+
+def build_job(
+    rt: Runtime,
+    name: str,
+    loaded: LoadedBackground,
+    state: Mapping[str, Any],
+    *,
+    cancel: CancelToken | None = None,
+) -> Job:
+    r"""The job for a loaded file and its state (``{}`` when unregistered), checksum unchecked.
+
+    The registered spec wins over the file's; the state's direction, bad ``_id``\ s
+    and generation apply. :func:`job_for` is the checked way in; a dry run calls
+    this directly, since it reports a changed file instead of refusing it.
+    """
+    spec = (
+        BackgroundSpec.from_document(state["spec"], name=name) if state.get("spec") else loaded.spec
+    )
     direction: Direction = "revert" if state.get("direction") == "revert" else "forward"
-    step_mode = spec.mode == "step"
     match = (
         {}
-        if step_mode
+        if spec.mode == "step"
         else exclude_bad_ids(match_of(spec, direction), list(state.get("bad_ids") or []))
     )
     splitting = partitioner_for(rt, spec, direction)

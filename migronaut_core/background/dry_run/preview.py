@@ -9,7 +9,6 @@ preview shows exactly the fields a pass would ``$set`` and ``$unset``.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
@@ -24,9 +23,9 @@ from migronaut_core.background.engine.batch import (
     document_update,
     transform_all,
 )
-from migronaut_core.background.job import Job, partitioner_for
+from migronaut_core.background.job import Job, build_job
 from migronaut_core.background.runtime import LoadedBackground, Runtime
-from migronaut_core.background.spec import BackgroundSpec, Direction, exclude_bad_ids, match_of
+from migronaut_core.background.spec import BackgroundSpec
 from migronaut_core.bson_values import canonical_id_key
 from migronaut_core.errors import DocError
 from migronaut_core.scrub import error_text
@@ -79,27 +78,9 @@ def dry_run_job(
     from_start: bool,
 ) -> Job:
     """The job a pass would run: the registered spec, direction and exclusions, or the file's."""
-    spec = spec_of(name, loaded, state)
-    check_mode(name, spec, steps=steps, from_start=from_start)
-    assert spec.collection is not None  # a declarative spec always names its collection
-    direction: Direction = (
-        "revert" if state is not None and state.get("direction") == "revert" else "forward"
-    )
-    bad_ids = list((state or {}).get("bad_ids") or [])
-    # The preview refuses what lanes refuse (a transform that changes a shard key).
-    splitting = partitioner_for(rt, spec, direction)
-    return Job(
-        name=name,
-        spec=spec,
-        fns=loaded.fns,
-        direction=direction,
-        match=exclude_bad_ids(match_of(spec, direction), bad_ids),
-        partitioner=splitting.partitioner,
-        hint=splitting.hint,
-        log=logging.getLogger(f"migronaut.background.{name}"),
-        generation=int((state or {}).get("generation", 0)),
-        guard="pipeline" if rt.supports_pipeline_guard() else "filter",
-    )
+    check_mode(name, spec_of(name, loaded, state), steps=steps, from_start=from_start)
+    # Built as lanes build it, so the preview refuses what lanes refuse (a shard key change).
+    return build_job(rt, name, loaded, state or {})
 
 
 def transform_context(rt: Runtime, job: Job, session: ClientSession | None) -> TransformContext:
