@@ -30,7 +30,7 @@ from pymongo import MongoClient
 from pymongo.database import Database
 
 from migronaut_core import Migronaut
-from migronaut_core.devserver import start_replica_set
+from migronaut_dev.mongod import start_replica_set
 
 DEFAULT_DOCS = 100_000
 #: insert_many chunk while seeding.

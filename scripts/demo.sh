@@ -12,26 +12,26 @@ ensure_venv "devserver,airflow,cli"
 cd "$ROOT/examples/demo"
 
 started_here=""
-devserver() { "$VENV/bin/python" -m migronaut_core.devserver "$@" --state-dir "$ROOT/.migronaut"; }
+mongod() { "$VENV/bin/python" -m migronaut_dev.mongod "$@" --state-dir "$ROOT/.migronaut"; }
 cleanup() {
   if [ -n "$started_here" ] && [ -z "${MIGRONAUT_DEMO_KEEP_SERVER:-}" ]; then
     echo "==> stopping the local mongod"
-    devserver stop >/dev/null 2>&1 || echo "demo: could not stop the local mongod" >&2
+    mongod stop >/dev/null 2>&1 || echo "demo: could not stop the local mongod" >&2
   fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 if [ -z "${MIGRONAUT_MONGODB_URI:-}" ]; then
-  if ! devserver uri >/dev/null 2>&1; then
+  if ! mongod uri >/dev/null 2>&1; then
     echo "==> no MIGRONAUT_MONGODB_URI: starting a local mongod"
     started_here=1
-    devserver start >/dev/null
+    mongod start >/dev/null
   fi
-  MIGRONAUT_MONGODB_URI="$(devserver uri)"
+  MIGRONAUT_MONGODB_URI="$(mongod uri)"
   export MIGRONAUT_MONGODB_URI
 fi
 export MIGRONAUT_DATABASE="${MIGRONAUT_DATABASE:-migronaut_demo}"
 export MIGRONAUT_DEMO_AIRFLOW_HOME="${MIGRONAUT_DEMO_AIRFLOW_HOME:-$ROOT/.migronaut/airflow}"
 
-"$VENV/bin/python" "$ROOT/scripts/demo_airflow.py" "$@"
+"$VENV/bin/python" -m migronaut_dev.demo "$@"

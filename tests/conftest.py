@@ -1,6 +1,6 @@
 """Fixtures shared by every test folder: one real MongoDB per run, one database per test.
 
-The server comes from :func:`migronaut_core.devserver.resolve_server` (an explicit
+The server comes from :func:`migronaut_dev.mongod.resolve_server` (an explicit
 ``MIGRONAUT_TEST_MONGODB_URI``, Docker, or the bundled ``mongod``) and is stopped
 when the session ends, whatever the outcome. A missing server fails the tests that
 need one instead of skipping them: a skipped integration suite must not pass.
@@ -17,14 +17,15 @@ import pytest
 from pymongo import MongoClient
 from pymongo.database import Database
 
-from migronaut_core.devserver import (
+from migronaut_core.errors import ServerUnavailableError
+from migronaut_dev.mongod import (
     LocalReplicaSet,
     ServerHandle,
     find_mongod,
     resolve_server,
     start_replica_set,
 )
-from migronaut_core.errors import ServerUnavailableError
+from tests.support.servers import standalone_mongod
 
 _TESTS_DIR = Path(__file__).resolve().parent
 #: Top-level test folder -> marker every test in it gets.
@@ -99,3 +100,10 @@ def replica_set_3() -> Iterator[Callable[..., LocalReplicaSet]]:
     yield start
     for replica_set in started:
         replica_set.stop()
+
+
+@pytest.fixture
+def standalone_uri(tmp_path: Path) -> Iterator[str]:
+    """URI of a standalone ``mongod`` (no replica set: no transactions, no change streams)."""
+    with standalone_mongod(tmp_path / "standalone") as uri:
+        yield uri

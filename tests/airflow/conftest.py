@@ -16,9 +16,10 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
+
+from tests.support.airflow import mongo_connection_uri
 
 AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="migronaut-airflow-home-"))
 DAGS_FOLDER = AIRFLOW_HOME / "dags"
@@ -63,14 +64,6 @@ def airflow_db() -> Path:
     airflow = Path(sys.executable).with_name("airflow")
     subprocess.run([str(airflow), "db", "migrate"], check=True, capture_output=True, timeout=300)
     return AIRFLOW_HOME
-
-
-def mongo_connection_uri(mongo_uri: str, database: str) -> str:
-    """The ``mongo`` connection URI Airflow reads from ``AIRFLOW_CONN_*`` for a test database."""
-    parts = urlsplit(mongo_uri)
-    host = parts.netloc.split(",")[0]
-    query = f"?{parts.query}" if parts.query else ""
-    return f"mongo://{host}/{database}{query}"
 
 
 @pytest.fixture

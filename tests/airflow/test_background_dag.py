@@ -10,8 +10,8 @@ from pymongo.database import Database
 
 from migronaut_airflow.operators.background import dag_id_for
 from migronaut_core.config import CONFIG_FILE, BackgroundCollections
-from tests.airflow.dag_support import load_dags, task_states, xcom
-from tests.integration.background_support import SPLIT_NAME, make_kit, seed_users, write_background
+from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
+from tests.support.dags import load_dags, task_states, xcom
 
 #: A ``background_collection`` other than the default, set in ``migronaut.toml``.
 CUSTOM_PREFIX = "ops_bg"

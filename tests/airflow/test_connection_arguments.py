@@ -28,7 +28,7 @@ from migronaut_airflow.operators.background import (
 )
 from migronaut_airflow.sensors.lanes import BackgroundLanesSensor
 from migronaut_airflow.triggers.lanes import BackgroundLanesTrigger
-from tests.integration.background_support import write_background
+from tests.support.background import write_background
 
 pytestmark = pytest.mark.airflow
 

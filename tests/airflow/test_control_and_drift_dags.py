@@ -11,8 +11,8 @@ import pytest
 from pymongo.database import Database
 
 from migronaut_airflow.operators.background import dag_id_for
-from tests.airflow.dag_support import load_dags, task_states, xcom
-from tests.integration.background_support import SPLIT_NAME, make_kit, seed_users, write_background
+from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
+from tests.support.dags import load_dags, task_states, xcom
 
 BG_DAG = dag_id_for(SPLIT_NAME)
 

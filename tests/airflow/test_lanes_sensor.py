@@ -17,7 +17,7 @@ from pymongo.database import Database
 
 from migronaut_airflow.sensors.lanes import BackgroundLanesSensor, LanesWaitError
 from migronaut_airflow.triggers.lanes import BackgroundLanesTrigger
-from tests.airflow.test_lanes_trigger import (
+from tests.support.lanes import (
     NAME,
     PLAN,
     Document,

@@ -8,16 +8,11 @@ anyio's pytest plugin, on asyncio).
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
-import logging
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
-import structlog
 from pymongo.database import Database
-from structlog.testing import capture_logs
 
 from migronaut_airflow.triggers.lanes import (
     REASONS,
@@ -25,57 +20,21 @@ from migronaut_airflow.triggers.lanes import (
     LanesWatch,
     error_message,
 )
-from migronaut_core.config import BackgroundCollections
+from tests.support.lanes import (
+    NAME,
+    NAMES,
+    PLAN,
+    Document,
+    captured_logs,
+    logged_text,
+    seed_partition,
+    seed_state,
+)
 
 pytestmark = [pytest.mark.airflow, pytest.mark.anyio]
 
-NAME = "m_lanes"
-PLAN = "plan-a"
-NAMES = BackgroundCollections.from_prefix("migronaut_background")
 #: Long enough for a real poll, short enough for a test that expects no event.
 QUIET_SECONDS = 0.6
-
-Document = dict[str, Any]
-
-
-# -- documents (also used by test_lanes_sensor) --------------------------------------
-
-
-def seed_state(
-    db: Database[Document], *, status: str = "running", generation: int = 1, plan: str = PLAN
-) -> None:
-    """A state document of ``NAME`` as the coordinator leaves it while lanes run."""
-    db[NAMES.state].insert_one(
-        {"_id": NAME, "status": status, "generation": generation, "plan": {"token": plan}}
-    )
-
-
-def seed_partition(
-    db: Database[Document],
-    *,
-    status: str = "pending",
-    generation: int = 1,
-    plan: str = PLAN,
-    lease: str | None = None,
-) -> None:
-    """A partition of ``NAME``; ``lease`` is ``"live"``, ``"expired"`` or None."""
-    inserted = db[NAMES.partitions].insert_one(
-        {"migration": NAME, "generation": generation, "plan": plan, "status": status}
-    )
-    if lease == "live":
-        db[NAMES.partitions].update_one(
-            {"_id": inserted.inserted_id},
-            {
-                "$set": {"lease.ttl_ms": 60_000, "lease.slot": 0, "lease.token": "t"},
-                "$currentDate": {"lease.renewed_at": True},
-            },
-        )
-    elif lease == "expired":
-        long_ago = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=10)
-        db[NAMES.partitions].update_one(
-            {"_id": inserted.inserted_id},
-            {"$set": {"lease": {"ttl_ms": 1_000, "slot": 1, "token": "t", "renewed_at": long_ago}}},
-        )
 
 
 # -- fixtures ----------------------------------------------------------------------------
@@ -329,22 +288,6 @@ async def test_unreachable_server_fires_one_error_event(unreachable_connection: 
 
 
 # -- logs --------------------------------------------------------------------------------
-
-
-@contextmanager
-def captured_logs() -> Iterator[list[dict[str, Any]]]:
-    """Capture every structlog entry (Airflow's loggers), whatever the configured level."""
-    saved = structlog.get_config()
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
-    try:
-        with capture_logs() as entries:
-            yield entries
-    finally:
-        structlog.configure(**saved)
-
-
-def logged_text(entries: list[dict[str, Any]]) -> str:
-    return "\n".join(str(entry.get("event")) for entry in entries)
 
 
 async def test_logs_name_the_reason_but_no_values_or_filters(

@@ -22,14 +22,9 @@ from pymongo.database import Database
 
 from migronaut_airflow.operators.background import dag_id_for
 from migronaut_core import Migronaut
-from tests.airflow.conftest import mongo_connection_uri
-from tests.airflow.standalone import (
-    AirflowStandalone,
-    install_dag_file,
-    log_tail_on_failure,
-    overlapping,
-)
-from tests.integration.background_support import SPLIT_NAME, make_kit, seed_users, write_background
+from migronaut_dev.airflow_standalone import AirflowStandalone, install_dag_file, overlapping
+from tests.support.airflow import log_tail_on_failure, mongo_connection_uri
+from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

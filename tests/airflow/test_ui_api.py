@@ -21,7 +21,7 @@ import pytest
 from pymongo.database import Database
 
 from migronaut_airflow.operators.background import dag_id_for
-from tests.integration.background_support import SPLIT_NAME, make_kit, write_background
+from tests.support.background import SPLIT_NAME, make_kit, write_background
 
 SENTINEL = "Zq9SentinelValue"
 UI = "/migronaut"

@@ -17,7 +17,7 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 
 from migronaut_core import Migronaut
-from tests.chaos.support import (
+from tests.support.chaos import (
     NAME,
     TTL_SECONDS,
     LaneFleet,

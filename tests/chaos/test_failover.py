@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from pymongo import MongoClient
 
-from migronaut_core.devserver import LocalReplicaSet
-from tests.chaos.app_writer import AppWriter
-from tests.chaos.support import (
+from migronaut_dev.mongod import LocalReplicaSet
+from tests.support.app_writer import AppWriter
+from tests.support.chaos import (
     LaneFleet,
     assert_nothing_lost,
     drive_remaining,

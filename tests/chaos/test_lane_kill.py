@@ -23,8 +23,9 @@ from typing import Any
 import pytest
 from pymongo.database import Database
 
-from tests.chaos.app_writer import AppWriter
-from tests.chaos.support import (
+from tests.support.app_writer import AppWriter
+from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
+from tests.support.chaos import (
     Lane,
     LaneFleet,
     assert_nothing_lost,
@@ -37,7 +38,6 @@ from tests.chaos.support import (
     seed,
     write_migration,
 )
-from tests.integration.background_support import SPLIT_NAME, make_kit, seed_users, write_background
 
 TOTAL = 50_000
 LANES = 4
@@ -203,7 +203,7 @@ def test_a_lane_killed_between_its_writes_and_its_checkpoint_is_counted_exactly(
     command = [
         sys.executable,
         "-m",
-        "tests.integration.lane_process",
+        "tests.support.lane_process",
         mongo_uri,
         db.name,
         str(migrations),

@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 from pymongo.database import Database
 
-from tests.chaos.app_writer import AppWriter
-from tests.chaos.support import (
+from tests.support.app_writer import AppWriter
+from tests.support.chaos import (
     TTL_SECONDS,
     Lane,
     LaneFleet,

@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 from pymongo import MongoClient
 
-from migronaut_core.devserver import LocalReplicaSet, find_mongod, start_replica_set
 from migronaut_core.errors import ServerUnavailableError
-from tests.chaos.app_writer import AppWriter
-from tests.chaos.support import (
+from migronaut_dev.mongod import LocalReplicaSet, find_mongod, start_replica_set
+from tests.support.app_writer import AppWriter
+from tests.support.chaos import (
     LaneFleet,
     assert_nothing_lost,
     drive_remaining,

@@ -20,8 +20,8 @@ from migronaut_core import (
     IrreversibleMigrationError,
     Migronaut,
 )
-from tests.integration.background_support import SPLIT_NAME, make_kit, seed_users, write_background
-from tests.integration.runner_support import write_migration
+from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
+from tests.support.runner import write_migration
 
 SLOW_SPLIT = """
 import time
@@ -57,7 +57,7 @@ def lane_process(
         [
             sys.executable,
             "-m",
-            "tests.integration.lane_process",
+            "tests.support.lane_process",
             mongo_uri,
             db_name,
             str(migrations),

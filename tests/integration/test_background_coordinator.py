@@ -16,7 +16,7 @@ from migronaut_core import Migronaut, RunAbortedError
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.coordinator import Driver
 from migronaut_core.lock import MongoLock
-from tests.integration.background_support import SPLIT_NAME, make_kit, seed_users, write_background
+from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 
 
 @pytest.fixture

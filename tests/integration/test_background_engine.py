@@ -17,7 +17,7 @@ from bson.binary import Binary, UuidRepresentation
 from pymongo.database import Database
 
 from migronaut_core import BackgroundFailedError, Migronaut
-from tests.integration.background_support import SPLIT_NAME, make_kit, seed_users, write_background
+from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 
 
 @pytest.fixture

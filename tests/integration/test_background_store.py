@@ -59,7 +59,7 @@ def test_live_leases_never_exceed_max_parallel_across_processes(
             [
                 sys.executable,
                 "-m",
-                "tests.integration.claimer_process",
+                "tests.support.claimer_process",
                 mongo_uri,
                 db.name,
                 NAME,

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,26 +14,10 @@ from migronaut_core.errors import (
     ConnectionFailedError,
     MigrationFailedError,
 )
-from tests.integration.runner_support import write_migration
+from tests.support.cli import configure, migronaut
+from tests.support.runner import write_migration
 
 A, B = "20240101000000_a", "20240102000000_b"
-
-
-def migronaut(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "migronaut_core.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-
-
-def configure(tmp_path: Path, mongo_uri: str, database: str) -> None:
-    (tmp_path / "migronaut.toml").write_text(
-        f'uri = "{mongo_uri}"\ndatabase = "{database}"\nmigrations_dir = "migrations"\n'
-    )
 
 
 def test_create_up_status_down_round_trip(

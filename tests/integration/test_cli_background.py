@@ -18,8 +18,8 @@ from migronaut_core.errors import (
     NotAppliedError,
     RunAbortedError,
 )
-from tests.integration.background_support import SPLIT_NAME, seed_users, write_background
-from tests.integration.test_cli import configure, migronaut
+from tests.support.background import SPLIT_NAME, seed_users, write_background
+from tests.support.cli import configure, migronaut
 
 USERS = 2_000
 

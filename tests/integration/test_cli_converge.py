@@ -9,7 +9,7 @@ from typing import Any
 from pymongo.database import Database
 
 from migronaut_core.errors import ConfigInvalidError
-from tests.integration.test_cli import migronaut
+from tests.support.cli import migronaut
 
 
 def _configure(tmp_path: Path, mongo_uri: str, database: str, extra: str) -> None:

@@ -8,8 +8,8 @@ from typing import Any
 
 from pymongo.database import Database
 
-from tests.integration.background_support import SPLIT_NAME, make_kit, seed_users, write_background
-from tests.integration.test_cli import configure, migronaut
+from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
+from tests.support.cli import configure, migronaut
 
 
 def test_verify_reports_drift(tmp_path: Path, mongo_uri: str, db: Database[dict[str, Any]]) -> None:

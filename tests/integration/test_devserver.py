@@ -19,7 +19,7 @@ from pymongo import MongoClient
 from pymongo.database import Database
 from pymongo.errors import PyMongoError
 
-from migronaut_core.devserver import LocalReplicaSet, ServerHandle, start_replica_set
+from migronaut_dev.mongod import LocalReplicaSet, ServerHandle, start_replica_set
 
 
 def _gone(pid: int | None) -> bool:
@@ -136,7 +136,7 @@ def test_mongod_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
     script = textwrap.dedent(
         """
         import sys, time
-        from migronaut_core.devserver import start_replica_set
+        from migronaut_dev.mongod import start_replica_set
         rs = start_replica_set(1)
         print(rs.members[0].pid, rs.members[0].dbpath.parent, flush=True)
         time.sleep(120)
@@ -166,7 +166,7 @@ def test_mongod_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
 
 def _cli(state_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "migronaut_core.devserver", *args, "--state-dir", str(state_dir)],
+        [sys.executable, "-m", "migronaut_dev.mongod", *args, "--state-dir", str(state_dir)],
         capture_output=True,
         text=True,
         timeout=120,

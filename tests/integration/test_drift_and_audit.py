@@ -21,7 +21,7 @@ from migronaut_core.background.drift.verify import probe_query
 from migronaut_core.background.spec import BackgroundSpec
 from migronaut_core.cli import main
 from migronaut_core.errors import ConfigInvalidError
-from tests.integration.background_support import (
+from tests.support.background import (
     ADD_INITIALS,
     INITIALS_NAME,
     SPLIT_NAME,

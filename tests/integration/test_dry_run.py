@@ -15,8 +15,8 @@ from migronaut_core import Migronaut
 from migronaut_core.background.dry_run import DryRunReport, sandbox
 from migronaut_core.background.dry_run import run as dry_run_entry
 from migronaut_core.errors import ConfigInvalidError, TransactionsUnsupportedError
-from tests.integration.background_support import SPLIT_NAME, make_kit, seed_users, write_background
-from tests.integration.test_cli import configure, migronaut
+from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
+from tests.support.cli import configure, migronaut
 
 #: A value only the transforms below produce: it must never show in a report or a log.
 SECRET = "collide-value-7f3a"

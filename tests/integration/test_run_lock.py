@@ -18,7 +18,7 @@ from pymongo.database import Database
 from migronaut_core import Migronaut
 from migronaut_core.errors import LockAlreadyHeldError, LockLostError
 from migronaut_core.lock import MongoLock
-from tests.integration.runner_support import write_migration
+from tests.support.runner import write_migration
 
 NAMES = ["20240101000000_a", "20240102000000_b", "20240103000000_c"]
 

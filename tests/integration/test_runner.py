@@ -21,7 +21,7 @@ from migronaut_core.errors import (
     MigrationInvalidNameError,
     NotAppliedError,
 )
-from tests.integration.runner_support import write_migration
+from tests.support.runner import write_migration
 
 A, B, C = "20240101000000_a", "20240102000000_b", "20240103000000_c"
 

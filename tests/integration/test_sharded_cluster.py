@@ -20,7 +20,7 @@ import pytest
 from pymongo import MongoClient
 from pymongo.database import Database
 
-from tests.integration.background_support import SPLIT_NAME, make_kit, seed_users, write_background
+from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 
 Doc = dict[str, Any]
 VERSIONED = {"users": {"versioning": {"field": "_v"}}}

@@ -35,7 +35,7 @@ from migronaut_core.background.job import job_for
 from migronaut_core.background.planning.partition import find
 from migronaut_core.background.planning.shard import UNKNOWN, ShardCatalog, Sharding
 from migronaut_core.errors import ConfigInvalidError
-from tests.integration.background_support import SPLIT_NAME, make_kit, seed_users, write_background
+from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 
 Doc = dict[str, Any]
 VERSIONED = {"users": {"versioning": {"field": "_v"}}}

@@ -10,8 +10,8 @@ from pymongo import MongoClient
 from pymongo.database import Database
 
 from migronaut_core.background.engine.throttle import warning_keys
-from tests.integration.background_support import SPLIT_NAME, make_kit, seed_users, write_background
-from tests.integration.test_transactional_and_steps import fail_point
+from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
+from tests.support.servers import fail_point
 
 
 def test_adaptive_batches_shrink_under_latency_and_resume_from_the_stored_state(

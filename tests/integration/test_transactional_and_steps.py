@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +15,8 @@ from pymongo import MongoClient
 from pymongo.database import Database
 
 from migronaut_core import BackgroundFailedError
-from migronaut_core.devserver import find_mongod
-from tests.integration.background_support import SPLIT_NAME, make_kit, seed_users, write_background
+from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
+from tests.support.servers import fail_point
 
 AUDITED = """
 background = {{"collection": "users", "from": 1, "to": 2, "batch_size": {batch_size},
@@ -32,17 +28,6 @@ def migrate(doc, ctx):
     first, _, last = doc.pop("name").partition(" ")
     return {{**doc, "first": first, "last": last}}
 """
-
-
-@contextlib.contextmanager
-def fail_point(
-    client: MongoClient[dict[str, Any]], data: dict[str, Any], mode: Any
-) -> Iterator[None]:
-    client.admin.command("configureFailPoint", "failCommand", mode=mode, data=data)
-    try:
-        yield
-    finally:
-        client.admin.command("configureFailPoint", "failCommand", mode="off")
 
 
 def test_side_writes_commit_exactly_once_per_migrated_document(
@@ -160,7 +145,7 @@ def test_a_step_migration_resumes_from_its_checkpoint_after_kill_9(
     command = [
         sys.executable,
         "-m",
-        "tests.integration.lane_process",
+        "tests.support.lane_process",
         mongo_uri,
         db.name,
         str(migrations),
@@ -207,47 +192,6 @@ def test_a_step_that_returns_nonsense_fails_the_slice(
         kit.up()
         with pytest.raises(BackgroundFailedError, match="checkpoint larger than 64 KiB"):
             kit.run_background(SPLIT_NAME)
-
-
-@pytest.fixture
-def standalone_uri(tmp_path: Path) -> Iterator[str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    dbpath = tmp_path / "standalone"
-    dbpath.mkdir()
-    process = subprocess.Popen(
-        [
-            str(find_mongod()),
-            "--port",
-            str(port),
-            "--bind_ip",
-            "127.0.0.1",
-            "--dbpath",
-            str(dbpath),
-            "--wiredTigerCacheSizeGB",
-            "0.25",
-            "--nounixsocket",
-            "--logpath",
-            str(dbpath / "log"),
-        ],
-        stdout=subprocess.DEVNULL,
-    )
-    uri = f"mongodb://127.0.0.1:{port}/?directConnection=true"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with MongoClient(uri, serverSelectionTimeoutMS=500) as client:
-                    client.admin.command("ping")
-                break
-            except Exception:
-                assert time.monotonic() < deadline, "standalone mongod did not start"
-                time.sleep(0.2)
-        yield uri
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 def test_transactions_on_a_standalone_server_fail_the_migration(

@@ -28,7 +28,7 @@ from migronaut_core import Migronaut
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.drift.watch import Watcher
 from migronaut_core.errors import ConfigInvalidError
-from tests.integration.background_support import (
+from tests.support.background import (
     ADD_INITIALS,
     INITIALS_NAME,
     SPLIT_NAME,
@@ -37,7 +37,6 @@ from tests.integration.background_support import (
     wait_until,
     write_background,
 )
-from tests.integration.test_transactional_and_steps import standalone_uri  # noqa: F401
 
 TTL_SECONDS = 2
 REPO = Path(__file__).resolve().parents[2]
@@ -277,7 +276,7 @@ def test_lost_history_falls_back_to_a_probe_and_a_fresh_stream(
 
 
 def test_the_watcher_refuses_a_standalone_server(
-    standalone_uri: str,  # noqa: F811
+    standalone_uri: str,
     tmp_path: Path,
 ) -> None:
     migrations = tmp_path / "migrations"
@@ -305,7 +304,7 @@ class WatchProcess:
             [
                 sys.executable,
                 "-m",
-                "tests.integration.watch_process",
+                "tests.support.watch_process",
                 mongo_uri,
                 db_name,
                 str(migrations),

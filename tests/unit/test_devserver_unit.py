@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from migronaut_core import devserver
-from migronaut_core.devserver import (
+from migronaut_core.errors import ConfigInvalidError, ServerUnavailableError
+from migronaut_dev.mongod import (
     DEMO_URI_ENV,
     MONGOD_BINARY_ENV,
     TEST_URI_ENV,
@@ -20,7 +20,7 @@ from migronaut_core.devserver import (
     resolve_server,
     start_replica_set,
 )
-from migronaut_core.errors import ConfigInvalidError, ServerUnavailableError
+from migronaut_dev.mongod.plumbing import free_port
 
 
 def _executable(path: Path) -> Path:
@@ -160,7 +160,7 @@ def test_cli_ignores_a_stale_state_file(tmp_path: Path) -> None:
     try:
         state = {
             "pid": bystander.pid,
-            "port": devserver._free_port(set()),
+            "port": free_port(set()),
             "uri": "mongodb://127.0.0.1:1/",
             "dbpath": str(tmp_path),
         }

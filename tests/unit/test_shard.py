@@ -1,7 +1,7 @@
 """Shard facts and the shard-aware partitioner's pure parts, over recorded config documents.
 
 No server: ``config.collections`` / ``config.chunks`` documents as MongoDB 6.0,
-7.0 and 8.0 (and 4.4) return them (:mod:`tests.unit.shard_shapes`) are read into
+7.0 and 8.0 (and 4.4) return them (:mod:`tests.support.shard_shapes`) are read into
 facts and planned; batch queries, cursors, write filters and staleness are
 checked as data.
 """
@@ -39,7 +39,7 @@ from migronaut_core.background.planning.shard import (
     targeting_filter,
 )
 from migronaut_core.errors import ConfigInvalidError, ShardMetadataError
-from tests.unit import shard_shapes as shapes
+from tests.support import shard_shapes as shapes
 
 # ─── helpers ──────────────────────────────────────────────────────────────────
 

@@ -1,6 +1,6 @@
 """A lane process for tests: drives one background migration, prints its final status.
 
-Usage: python -m tests.integration.lane_process URI DB MIGRATIONS NAME CONCURRENCY TTL
+Usage: python -m tests.support.lane_process URI DB MIGRATIONS NAME CONCURRENCY TTL
 Exit 0 when it ends completed, 3 when paused/cancelled/blocked, 4 when it failed.
 
 With MIGRONAUT_TEST_DIE_AT_CHECKPOINT=N the process SIGKILLs itself just before

@@ -1,6 +1,6 @@
 """A process of lease claimers for the store's concurrency tests.
 
-Usage: python -m tests.integration.claimer_process URI DB NAME GENERATION PLAN THREADS SECONDS
+Usage: python -m tests.support.claimer_process URI DB NAME GENERATION PLAN THREADS SECONDS
 Each thread claims, holds briefly, releases, until SECONDS have passed; prints
 how many claims succeeded.
 """

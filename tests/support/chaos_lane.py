@@ -1,6 +1,6 @@
 """A lane process for fault-injection tests: drives one background migration to its end.
 
-Usage: python -m tests.chaos.chaos_lane URI DB MIGRATIONS NAME CONCURRENCY TTL
+Usage: python -m tests.support.chaos_lane URI DB MIGRATIONS NAME CONCURRENCY TTL
 
 Exit 0 when the migration ends completed, 3 when it ends otherwise, 4 when it
 failed, 5 when an exception escaped the driver (its type is printed as JSON).

@@ -4,7 +4,7 @@ The migration splits ``name`` into ``first`` and ``last`` and counts in
 ``migrated_times`` how often the transform was applied to a document: a
 document rewritten twice would show 2 (and a second application would fail,
 since ``name`` is gone). The application's writes are checked separately
-(:mod:`tests.chaos.app_writer`).
+(:mod:`tests.support.app_writer`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from pymongo.database import Database
 
 from migronaut_core import Migronaut
-from tests.chaos.chaos_lane import (
+from tests.support.chaos_lane import (
     CHECKPOINT_PAUSE_ENV,
     DIE_AFTER_CHECKPOINT_ENV,
     FENCE_LOG_ENV,
@@ -33,7 +33,7 @@ from tests.chaos.chaos_lane import (
 )
 
 if TYPE_CHECKING:
-    from tests.chaos.app_writer import AppWriter
+    from tests.support.app_writer import AppWriter
 
 NAME = "20240101000000_split_names"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -158,7 +158,7 @@ class LaneFleet:
                 [
                     sys.executable,
                     "-m",
-                    "tests.chaos.chaos_lane",
+                    "tests.support.chaos_lane",
                     self.uri,
                     self.db_name,
                     str(self.migrations),

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import runpy
+from pathlib import Path
 from typing import Any
-
-from tests.airflow.conftest import DAGS_FOLDER
 
 
 def load_dags() -> dict[str, Any]:
-    """Run the test DAG file as the dag processor would and return its DAGs by id."""
-    namespace = runpy.run_path(str(DAGS_FOLDER / "migronaut_test_dags.py"))
+    """Run the test DAG file as the dag processor would and return its DAGs by id.
+
+    The file is the one the ``dags_folder`` fixture of ``tests/airflow/conftest.py``
+    writes into the session's dags folder (``AIRFLOW__CORE__DAGS_FOLDER``).
+    """
+    dags_folder = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
+    namespace = runpy.run_path(str(dags_folder / "migronaut_test_dags.py"))
     return {key: value for key, value in namespace.items() if key.startswith("migronaut_")}
 
 

@@ -59,7 +59,7 @@ def require_chromium() -> None:
     try:
         import selenium  # noqa: F401
     except ImportError:
-        pytest.fail("selenium is not installed: pip install -e '.[dev]'", pytrace=False)
+        pytest.fail("selenium is not installed: run `bash scripts/test.sh` once", pytrace=False)
 
 
 def output_dir(name: str) -> Path:
