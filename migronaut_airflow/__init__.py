@@ -7,9 +7,13 @@ time.
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-__version__ = "0.1.0"
+try:  # one version source: the distributions take it from migronaut_core.__version__
+    __version__ = version("migronaut-airflow")
+except PackageNotFoundError:  # a source tree on the path, not installed
+    __version__ = "0+unknown"
 
 
 def get_provider_info() -> dict[str, Any]:

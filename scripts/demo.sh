@@ -8,7 +8,7 @@
 # (MIGRONAUT_DATABASE, default migronaut_demo) is reset at each run.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
-ensure_venv "devserver,airflow,cli"
+ensure_venv
 cd "$ROOT/examples/demo"
 
 started_here=""

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Set everything up and run the whole test suite: lint, types, unit, integration, chaos.
+# Set everything up and run the whole test suite: lint, types, import contracts, then
+# unit, integration, Airflow, chaos and packaging tests.
 # Extra arguments go to pytest (e.g. `bash scripts/test.sh -k lock`).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
-ensure_venv "dev,airflow"
+ensure_venv
 cd "$ROOT"
 
 # The browser test (tests/airflow/test_ui_browser.py) drives Debian's headless Chromium.
@@ -24,7 +25,10 @@ fi
 echo "==> ruff"
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
-echo "==> mypy migronaut_core"
+echo "==> mypy"
 "$VENV/bin/mypy"
+"$VENV/bin/mypy" -p migronaut_dev
+echo "==> import contracts (lint-imports)"
+"$VENV/bin/lint-imports"
 echo "==> pytest"
 "$VENV/bin/pytest" "$@"
