@@ -228,7 +228,10 @@ class Demo:
 def main(argv: list[str] | None = None) -> int:
     """The Airflow half of ``scripts/demo.sh``; its exit status."""
     default_home = os.environ.get("MIGRONAUT_DEMO_AIRFLOW_HOME") or DEFAULT_HOME
-    parser = argparse.ArgumentParser(description="Apply the demo migrations through Airflow.")
+    parser = argparse.ArgumentParser(
+        prog="python -m migronaut_dev.demo",
+        description="Apply the demo migrations through Airflow.",
+    )
     parser.add_argument(
         "--airflow-home",
         type=Path,
