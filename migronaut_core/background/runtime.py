@@ -20,12 +20,12 @@ from pymongo import MongoClient
 from pymongo.database import Database
 from pymongo.errors import PyMongoError
 
-from migronaut_core.background.engine.throttle.pacing import warning_keys
-from migronaut_core.background.engine.throttle.registry import ThrottleRegistry
 from migronaut_core.background.events import Events
 from migronaut_core.background.planning.shard import ShardCatalog
 from migronaut_core.background.spec import BackgroundFunctions, BackgroundSpec
 from migronaut_core.background.store import BackgroundStore
+from migronaut_core.background.throttle.pacing import warning_keys
+from migronaut_core.background.throttle.registry import ThrottleRegistry
 from migronaut_core.background.warn_once import WarnOnce
 from migronaut_core.lock import MongoLock
 from migronaut_core.runner import supports_transactions

@@ -14,13 +14,6 @@ from pymongo import MongoClient, UpdateOne
 from pymongo.database import Database
 
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.engine.throttle import (
-    AdaptiveController,
-    LagProbe,
-    Throttle,
-    ThrottleContext,
-    ThrottleRegistry,
-)
 from migronaut_core.background.job import Job
 from migronaut_core.background.planning.partition import IdRangePartitioner
 from migronaut_core.background.spec import (
@@ -28,6 +21,13 @@ from migronaut_core.background.spec import (
     BackgroundFunctions,
     BackgroundSpec,
     ThrottleSettings,
+)
+from migronaut_core.background.throttle import (
+    AdaptiveController,
+    LagProbe,
+    Throttle,
+    ThrottleContext,
+    ThrottleRegistry,
 )
 
 Client = MongoClient[dict[str, Any]]

@@ -9,7 +9,7 @@ from typing import Any
 from pymongo import MongoClient
 from pymongo.database import Database
 
-from migronaut_core.background.engine.throttle import warning_keys
+from migronaut_core.background.throttle import warning_keys
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 from tests.support.servers import fail_point
 

@@ -24,7 +24,8 @@ from pymongo.errors import (
 
 from migronaut_core.background.backoff import Backoff
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.engine.throttle import (
+from migronaut_core.background.spec import AdaptiveSettings
+from migronaut_core.background.throttle import (
     AdaptiveController,
     Throttle,
     ThrottleChange,
@@ -35,7 +36,6 @@ from migronaut_core.background.engine.throttle import (
     replication_lag_ms,
     warning_keys,
 )
-from migronaut_core.background.spec import AdaptiveSettings
 from migronaut_core.background.warn_once import Warn, WarnOnce
 from migronaut_core.server_errors import is_overload
 

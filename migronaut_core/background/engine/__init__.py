@@ -5,9 +5,9 @@
 - :mod:`.readahead` — plain batches with the next one read while this one is written;
 - :mod:`.transactional` — a batch and its checkpoint in one transaction;
 - :mod:`.steps` — ``mode: "step"`` migrations, run as checkpointed steps;
-- :mod:`.worker` — the loop over one partition that picks among these;
-- :mod:`.throttle` — what a lane waits for between batches.
+- :mod:`.worker` — the loop over one partition that picks among these.
 
-This ``__init__`` imports nothing: the runtime imports :mod:`.throttle`, and the
-rest of the engine imports the runtime.
+What a lane waits for between batches is :mod:`migronaut_core.background.throttle`,
+a layer below the runtime (which holds the throttles' shared state); the engine
+sits above the runtime.
 """

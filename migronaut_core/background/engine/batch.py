@@ -31,11 +31,11 @@ from pymongo.errors import BulkWriteError
 from pymongo.write_concern import WriteConcern
 
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.engine.throttle import Throttle, ThrottleChange
 from migronaut_core.background.job import Job
 from migronaut_core.background.planning.partition import Partitioner, find
 from migronaut_core.background.spec import Direction
 from migronaut_core.background.store import BackgroundStore, Lease
+from migronaut_core.background.throttle import Throttle, ThrottleChange
 from migronaut_core.bson_values import canonical_id_key, clone_document
 from migronaut_core.errors import (
     BackgroundConflictError,

@@ -28,12 +28,12 @@ import pendulum
 
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.engine.batch import PartitionContext, PartitionResult, add_counters
-from migronaut_core.background.engine.throttle import Throttle
 from migronaut_core.background.engine.worker import process_partition
 from migronaut_core.background.job import Job, assert_transactions, job_for, plan_is_stale
 from migronaut_core.background.lifecycle import fail_state
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.store import Lease
+from migronaut_core.background.throttle import Throttle
 from migronaut_core.errors import BatchFailed, LockLostError, MigronautError
 from migronaut_core.scrub import error_text
 

@@ -17,22 +17,22 @@ Overload is judged by :func:`migronaut_core.server_errors.is_overload`.
 Log lines carry migration names and numbers, never documents.
 """
 
-from migronaut_core.background.engine.throttle.adaptive import (
+from migronaut_core.background.throttle.adaptive import (
     AdaptiveController,
     ThrottleChange,
 )
-from migronaut_core.background.engine.throttle.lag import (
+from migronaut_core.background.throttle.lag import (
     LagProbe,
     LagSource,
     replication_lag_ms,
 )
-from migronaut_core.background.engine.throttle.pacing import (
+from migronaut_core.background.throttle.pacing import (
     PacedJob,
     Throttle,
     ThrottleContext,
     warning_keys,
 )
-from migronaut_core.background.engine.throttle.registry import ThrottleRegistry
+from migronaut_core.background.throttle.registry import ThrottleRegistry
 
 __all__ = [
     "AdaptiveController",

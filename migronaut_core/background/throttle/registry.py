@@ -16,9 +16,9 @@ import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from migronaut_core.background.engine.throttle.adaptive import AdaptiveController
-from migronaut_core.background.engine.throttle.lag import LagProbe
 from migronaut_core.background.spec import AdaptiveSettings
+from migronaut_core.background.throttle.adaptive import AdaptiveController
+from migronaut_core.background.throttle.lag import LagProbe
 
 if TYPE_CHECKING:
     from pymongo import MongoClient

@@ -82,7 +82,7 @@ class LagProbe:
     """Replication lag of one client's deployment, read at most every ``interval_s``.
 
     Shared by every lane of a runtime (see
-    :meth:`~migronaut_core.background.engine.throttle.registry.ThrottleRegistry.lag_probe`)
+    :meth:`~migronaut_core.background.throttle.registry.ThrottleRegistry.lag_probe`)
     and thread-safe: one ``replSetGetStatus`` per interval, whatever the number of
     lanes. Where the lag cannot be read for good (no privilege; no replica set:
     standalone or mongos), the probe switches itself off and warns once (through

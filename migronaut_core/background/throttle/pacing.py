@@ -3,7 +3,7 @@
 A :class:`Throttle` is built per claimed partition (:meth:`Throttle.for_job`)
 from the spec's ``throttle`` settings, the user's ``throttle(ctx)`` function and
 the controller and lag probe the lanes of a runtime share (a
-:class:`~migronaut_core.background.engine.throttle.registry.ThrottleRegistry`).
+:class:`~migronaut_core.background.throttle.registry.ThrottleRegistry`).
 Every wait goes through :meth:`CancelToken.sleep`: cancelling wakes it at once.
 """
 
@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from migronaut_core.background.backoff import Backoff
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.engine.throttle.adaptive import AdaptiveController, ThrottleChange
-from migronaut_core.background.engine.throttle.lag import LagSource
-from migronaut_core.background.engine.throttle.registry import ThrottleRegistry
 from migronaut_core.background.spec import BackgroundFunctions, BackgroundSpec
+from migronaut_core.background.throttle.adaptive import AdaptiveController, ThrottleChange
+from migronaut_core.background.throttle.lag import LagSource
+from migronaut_core.background.throttle.registry import ThrottleRegistry
 from migronaut_core.background.warn_once import Warn, WarnOnce
 from migronaut_core.server_errors import is_overload
 
