@@ -1,0 +1,1 @@
+"""The hook: a migronaut kit over an Airflow ``mongo`` connection."""

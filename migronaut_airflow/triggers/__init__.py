@@ -1,0 +1,1 @@
+"""Triggers the triggerer runs: the lanes poll (async MongoDB reads) and a plain delay."""
