@@ -7,7 +7,6 @@ and owns the client it creates; a client passed in is borrowed and left open.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
@@ -40,13 +39,7 @@ from migronaut_core.runner import (
     StatusRow,
     with_default_user,
 )
-
-_CREDENTIALS = re.compile(r"(mongodb(?:\+srv)?://)[^@/]+@")
-
-
-def redact_uri(uri: str) -> str:
-    """Return ``uri`` without user and password, for messages and logs."""
-    return _CREDENTIALS.sub(r"\1***@", uri)
+from migronaut_core.scrub import redact_uri
 
 
 class Migronaut:

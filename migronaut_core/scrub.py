@@ -1,10 +1,11 @@
-"""Error texts that may leave the engine: no document values in them.
+"""Error texts that may leave the engine: no document values, no credentials in them.
 
 Server errors about single documents quote the values involved (a duplicate key
 error prints the key; a validation error prints the failing document's fields).
 These texts name the error and the index or rule, never the values. A
 transform's own exception is named by its type only: its message is the
-user's and may quote the document.
+user's and may quote the document. :func:`redact_uri` takes the user and
+password out of any connection string in a text.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from migronaut_core.errors import MigronautError
 from migronaut_core.server_errors import is_document_error
 
 _INDEX = re.compile(r"index: (\S+)")
+#: The ``user:password@`` of a connection string (``mongodb://``, ``mongodb+srv://``, any ``//``).
+_CREDENTIALS = re.compile(r"//[^@/\s]*@")
 
 
 _CODE_TEXT = {
@@ -27,6 +30,11 @@ _CODE_TEXT = {
     66: "immutable field changed",
     17280: "index key too large",
 }
+
+
+def redact_uri(text: str) -> str:
+    """``text`` with the credentials of every URI in it replaced by ``***``."""
+    return _CREDENTIALS.sub("//***@", text)
 
 
 def write_error_text(code: int | None, errmsg: str | None) -> str:

@@ -25,7 +25,6 @@ with the poke mode of :class:`~migronaut_airflow.sensors.lanes.BackgroundLanesSe
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -41,6 +40,7 @@ from migronaut_core.background.store import (
     open_partitions_filter,
 )
 from migronaut_core.config import BackgroundCollections
+from migronaut_core.scrub import redact_uri
 
 #: Every ``reason`` a success event can carry.
 REASONS = ("left-running", "replanned", "drained", "no-live-lease")
@@ -49,12 +49,10 @@ UNREGISTERED = "unregistered"
 #: Longest exception text an error event carries.
 MAX_MESSAGE_CHARS = 300
 
-_CREDENTIALS = re.compile(r"//[^@/\s]*@")
-
 
 def error_message(exc: BaseException) -> str:
     """``Type: text`` of an exception, shortened, with any URI credentials redacted."""
-    text = _CREDENTIALS.sub("//***@", str(exc)).strip()
+    text = redact_uri(str(exc)).strip()
     if len(text) > MAX_MESSAGE_CHARS:
         text = text[: MAX_MESSAGE_CHARS - 3] + "..."
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
