@@ -48,7 +48,6 @@ class Job:
     hint: Any | None
     log: logging.Logger
     generation: int = 0
-    partition_id: Any = None
     cancel: CancelToken = field(default_factory=CancelToken)
     #: How the collection is split, for the plan and status: ``{"mode": "off"}``
     #: unless it is sharded (see :func:`~migronaut_core.background.coordinator.partitioner_for`).

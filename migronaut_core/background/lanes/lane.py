@@ -167,7 +167,6 @@ def _work(
 ) -> PartitionResult:
     """Work one leased partition, turning failures into counted outcomes."""
     name = job.name
-    job.partition_id = partition["_id"]
     rt.emit(
         "background:slice:start",
         {
