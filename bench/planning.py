@@ -46,7 +46,7 @@ def plan_once(uri: str, db: Database[dict[str, Any]], directory: Any) -> dict[st
         answer = k.coordinate_background(common.MIGRATION_NAME)
         seconds = time.perf_counter() - started
         partitions = k.background_partitions(common.MIGRATION_NAME)
-        plan = (k.background.store.get(common.MIGRATION_NAME) or {}).get("plan") or {}
+        plan = (k.runtime.store.get(common.MIGRATION_NAME) or {}).get("plan") or {}
     if answer.next != "process":
         raise RuntimeError(f"the first coordinator step answered {answer.next!r}, not process")
     return {

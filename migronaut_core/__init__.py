@@ -1,12 +1,25 @@
 """migronaut: online, resumable MongoDB schema migrations.
 
-The public API is :class:`Migronaut` (the kit), :func:`load_config` and the error
-hierarchy in :mod:`migronaut_core.errors`. Importing this package never imports
-Airflow.
+The public API is :class:`Migronaut` (the kit), :func:`load_config`, the error
+hierarchy in :mod:`migronaut_core.errors`, and the result types the kit returns
+(re-exported here so callers need not know the modules they live in).
+Importing this package never imports Airflow.
 """
 
 from __future__ import annotations
 
+from migronaut_core.background.audit import Finding
+from migronaut_core.background.cancel import CancelToken
+from migronaut_core.background.control.actions import (
+    CONTROL_ACTIONS,
+    ControlAction,
+    ControlResult,
+)
+from migronaut_core.background.coordinator import Answer, Driver
+from migronaut_core.background.dry_run import DryRunReport, StepDryRunReport
+from migronaut_core.background.indexes import ConvergeReport
+from migronaut_core.background.lanes.lane import SliceResult
+from migronaut_core.background.views import BackgroundStatusView, PartitionView
 from migronaut_core.changelog import Actor
 from migronaut_core.config import Config, load_config
 from migronaut_core.errors import (
@@ -34,14 +47,24 @@ from migronaut_core.runner import MigrationContext, RunOptions, RunResult, Statu
 __version__ = "0.1.0"
 
 __all__ = [
+    "CONTROL_ACTIONS",
     "Actor",
+    "Answer",
     "BackgroundConflictError",
     "BackgroundFailedError",
     "BackgroundPendingError",
+    "BackgroundStatusView",
+    "CancelToken",
     "ChecksumMismatchError",
     "Config",
     "ConfigInvalidError",
     "ConnectionFailedError",
+    "ControlAction",
+    "ControlResult",
+    "ConvergeReport",
+    "Driver",
+    "DryRunReport",
+    "Finding",
     "IrreversibleMigrationError",
     "LockAlreadyHeldError",
     "LockLostError",
@@ -53,10 +76,13 @@ __all__ = [
     "Migronaut",
     "MigronautError",
     "NotAppliedError",
+    "PartitionView",
     "RunAbortedError",
     "RunOptions",
     "RunResult",
+    "SliceResult",
     "StatusRow",
+    "StepDryRunReport",
     "TransactionsUnsupportedError",
     "load_config",
 ]

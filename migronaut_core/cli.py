@@ -40,7 +40,16 @@ from types import FrameType
 from typing import Any
 
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.control.actions import ControlResult
+from migronaut_core.background.control.actions import (
+    CONTROL_ACTIONS,
+    DONE,
+    RETRYING,
+    STOPPING,
+    SUMMARIES,
+    ControlAction,
+    ControlResult,
+    check_control,
+)
 from migronaut_core.background.dry_run import StepDryRunReport
 from migronaut_core.background.indexes import ConvergeReport
 from migronaut_core.config import load_config
@@ -167,20 +176,15 @@ def _add_background_commands(actions: Any) -> None:
     picked.add_argument("--steps", type=int, metavar="N", help="(step mode) run N steps")
     dry_run.add_argument("--from-start", action="store_true", help="(step mode) from no checkpoint")
 
-    for name, help_text in (
-        ("pause", "pause; lanes stop before their next batch"),
-        ("resume", "resume a paused one"),
-        ("cancel", "cancel; lanes stop before their next batch"),
-        ("retry", "retry a failed or cancelled one (reopen a completed one)"),
-        ("repin", "pin the file on disk as its version"),
-        ("unlock", "clear the coordinator lock and every lease of a stuck one"),
-    ):
-        control = action(name, _bg_unlock if name == "unlock" else _bg_control, help_text)
+    for name in CONTROL_ACTIONS:
+        if name == "retry_from_start":
+            continue  # ``retry --from-start``
+        control = action(name, _bg_control, SUMMARIES[name])
         control.add_argument("--reason", help="why; recorded in its history")
         control.add_argument("--requested-by", help="who asks (default: OS user)")
-        if name in ("pause", "cancel"):
+        if name in STOPPING:
             control.add_argument("--wait", action="store_true", help="until lanes have stopped")
-        if name == "retry":
+        if name in RETRYING:
             control.add_argument("--from-start", action="store_true", help="drop all progress")
             control.add_argument("--repin", action="store_true", help="repin the file first")
 
@@ -479,58 +483,32 @@ def _run_exit(view: dict[str, Any], *, once: bool) -> int:
 
 
 def _bg_control(kit: Migronaut, args: argparse.Namespace) -> int:
-    action, name = args.background_command, args.name
+    command, name = args.background_command, args.name
+    action = check_control("retry_from_start" if getattr(args, "from_start", False) else command)
     before = _bg_view(kit, name).get("status")
-    who = {"requested_by": args.requested_by, "reason": args.reason}
-    result = _apply_control(kit, args, who)
+    result = kit.control_background(
+        name,
+        action,
+        actor=args.requested_by,
+        reason=args.reason,
+        wait=getattr(args, "wait", False),
+        repin=getattr(args, "repin", False),
+    )
     if args.json:
-        _emit({"name": name, "action": action, "previous": before, **result.to_dict()})
+        _emit({"name": name, "action": command, "previous": before, **result.to_dict()})
     else:
         print(_control_line(name, action, before, result))
     return 0
 
 
-def _bg_unlock(kit: Migronaut, args: argparse.Namespace) -> int:
-    cleared = kit.unlock_background(args.name, requested_by=args.requested_by, reason=args.reason)
-    if args.json:
-        _emit({"name": args.name, "action": "unlock", **cleared})
-    else:
-        lock = "cleared" if cleared["lock"] else "not held"
-        print(
-            f"{args.name}: unlocked (coordinator lock {lock}, {cleared['leases']} lease(s) dropped)"
-        )
-    return 0
-
-
-def _apply_control(
-    kit: Migronaut, args: argparse.Namespace, who: dict[str, str | None]
-) -> ControlResult:
-    name = args.name
-    if args.background_command == "pause":
-        return kit.pause_background(name, wait=args.wait, **who)
-    if args.background_command == "cancel":
-        return kit.cancel_background(name, wait=args.wait, **who)
-    if args.background_command == "resume":
-        return kit.resume_background(name, **who)
-    if args.background_command == "retry":
-        return kit.retry_background(name, from_start=args.from_start, repin=args.repin, **who)
-    return kit.repin_background(name, **who)
-
-
-_DONE = {
-    "pause": "paused",
-    "resume": "resumed",
-    "cancel": "cancelled",
-    "retry": "retried",
-    "repin": "repinned",
-}
-
-
-def _control_line(name: str, action: str, before: Any, result: ControlResult) -> str:
+def _control_line(name: str, action: ControlAction, before: Any, result: ControlResult) -> str:
+    if result.leases is not None:
+        lock = "cleared" if result.lock else "not held"
+        return f"{name}: unlocked (coordinator lock {lock}, {result.leases} lease(s) dropped)"
     if result.applied == "unchanged":
         return f"{name}: unchanged (already {result.status})"
     moved = result.status if before == result.status else f"{before} -> {result.status}"
-    line = f"{name}: {_DONE[action]} ({moved})"
+    line = f"{name}: {DONE[action]} ({moved})"
     if result.replan is not None:
         line += "; replans its partitions" if result.replan else "; keeps its partitions"
     if result.stopped is not None:

@@ -3,11 +3,19 @@
 The CLI, the Airflow provider and user code all go through :class:`Migronaut`.
 It connects lazily (creating one is free, e.g. while Airflow parses a DAG file)
 and owns the client it creates; a client passed in is borrowed and left open.
+
+The kit is the one facade: it wires the runner and the background engine's
+:class:`~migronaut_core.background.runtime.Runtime` (with the file cache of
+:mod:`~migronaut_core.background.loading` and the runner hooks of
+:mod:`~migronaut_core.background.registration`) and calls each operation with
+them. It is long because it is the whole public surface with its docstrings;
+the work itself happens in the modules it calls.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -17,22 +25,40 @@ from pymongo.database import Database
 from pymongo.errors import ConfigurationError, PyMongoError
 
 from migronaut_core import files
+from migronaut_core.background import audit as audits
 from migronaut_core.background.audit import Finding
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.control.actions import Action, ControlResult
-from migronaut_core.background.coordinator import Answer, Driver
+from migronaut_core.background.control import actions as controls
+from migronaut_core.background.control.actions import ControlAction, ControlResult
+from migronaut_core.background.coordinator import Answer, Driver, coordinate
+from migronaut_core.background.drift import verify as drift
+from migronaut_core.background.drift import watch as watching
 from migronaut_core.background.drift.watch import Watcher
 from migronaut_core.background.dry_run import DryRunReport, StepDryRunReport
+from migronaut_core.background.dry_run import dry_run as preview
 from migronaut_core.background.events import Events, Listener
 from migronaut_core.background.indexes import ConvergeReport
-from migronaut_core.background.lanes.lane import SliceResult
-from migronaut_core.background.service import BackgroundService
+from migronaut_core.background.indexes import converge as converge_collections
+from migronaut_core.background.lanes.driver import drive
+from migronaut_core.background.lanes.lane import SliceResult, run_slice
+from migronaut_core.background.loading import BackgroundFiles
+from migronaut_core.background.registration import RunnerHooks, runnable, unblock_dependents
+from migronaut_core.background.runtime import Runtime
+from migronaut_core.background.spec import check_slice_ms
+from migronaut_core.background.store import BackgroundStore, WatchStore, watch_view
+from migronaut_core.background.views import (
+    BackgroundStatusView,
+    history_view,
+    partition_view,
+    read_status,
+    read_statuses,
+    registered_names,
+)
 from migronaut_core.changelog import Actor
 from migronaut_core.config import Config, load_config
-from migronaut_core.errors import ConfigInvalidError, ConnectionFailedError
+from migronaut_core.errors import ConfigInvalidError, ConnectionFailedError, NotAppliedError
 from migronaut_core.lock import LockInfo
 from migronaut_core.runner import (
-    BackgroundHooks,
     MigrationRunner,
     RunOptions,
     RunResult,
@@ -56,7 +82,6 @@ class Migronaut:
         config: Config | None = None,
         *,
         client: MongoClient[dict[str, Any]] | None = None,
-        background: BackgroundHooks | None = None,
         **overrides: Any,
     ) -> None:
         if config is not None and overrides:
@@ -66,10 +91,11 @@ class Migronaut:
         self.config = config if config is not None else load_config(overrides)
         self._client = client
         self._owns_client = client is None
-        self._hooks = background
         self.events = Events()
         self._runner: MigrationRunner | None = None
-        self._background: BackgroundService | None = None
+        self._runtime: Runtime | None = None
+        self._files = BackgroundFiles(self.config, warn_once=self._warn_once)
+        self._indexed = False
 
     # -- connection ----------------------------------------------------------------------
 
@@ -111,7 +137,9 @@ class Migronaut:
             self._client.close()
             self._client = None
         self._runner = None
-        self._background = None
+        self._runtime = None
+        self._files = BackgroundFiles(self.config, warn_once=self._warn_once)
+        self._indexed = False
 
     def __enter__(self) -> Migronaut:
         return self
@@ -124,22 +152,63 @@ class Migronaut:
     ) -> None:
         self.close()
 
-    # -- the runner ------------------------------------------------------------------------
+    # -- wiring --------------------------------------------------------------------------
 
     @property
     def runner(self) -> MigrationRunner:
         if self._runner is None:
-            self._runner = MigrationRunner(
-                self.config, self.client, self.db, background=self._hooks or self.background
-            )
+            hooks = RunnerHooks(self.runtime, self._files, self.config, ready=self._ready)
+            self._runner = MigrationRunner(self.config, self.client, self.db, background=hooks)
         return self._runner
 
     @property
-    def background(self) -> BackgroundService:
-        """The background engine over this kit's database (see the ``*_background`` methods)."""
-        if self._background is None:
-            self._background = BackgroundService(self.config, self.client, self.db, self.events)
-        return self._background
+    def runtime(self) -> Runtime:
+        """The background engine's wiring over this kit's database (built on first use)."""
+        if self._runtime is None:
+            self._runtime = self._wire()
+        return self._runtime
+
+    def _wire(self) -> Runtime:
+        def on_completed(name: str) -> None:
+            unblock_dependents(runtime, name)
+
+        runtime = Runtime(
+            db=self.db,
+            client=self.client,
+            store=BackgroundStore(self.db, self.config.background_collections),
+            events=self.events,
+            load=self._files.load,
+            lock_collection=self.config.lock_collection,
+            ttl_seconds=self.config.lock_ttl_seconds,
+            on_completed=on_completed,
+            shard_aware=self.config.background_shard_aware,
+        )
+        return runtime
+
+    def _ready(self) -> None:
+        """Create the store's indexes before the first write (once per connection)."""
+        if not self._indexed:
+            self.runtime.store.ensure_indexes()
+            self._indexed = True
+
+    def _warn_once(self, key: str, message: str, *args: Any) -> None:
+        self.runtime.warn_once(key, message, *args)
+
+    def _registered(self, name: str) -> dict[str, Any]:
+        """The state of a registered background migration; reads only.
+
+        :raises NotAppliedError: it is not registered.
+        """
+        files.validate_name(name)
+        state = self.runtime.store.get(name)
+        if state is None:
+            raise NotAppliedError(
+                f"background migration {name} is not registered; run `migronaut up` first",
+                {"migration": name},
+            )
+        return state
+
+    # -- migrations ----------------------------------------------------------------------
 
     def up(
         self,
@@ -201,7 +270,10 @@ class Migronaut:
         :returns: what was created and what existed, collection by collection.
         :raises ConfigInvalidError: the collection definitions do not load.
         """
-        return self.background.converge()
+        report = converge_collections(self.runtime, self._files.definitions())
+        for collection in report.collections:
+            self.runtime.forget_indexes(collection.collection)
+        return report
 
     # -- background migrations ------------------------------------------------------------
 
@@ -213,13 +285,19 @@ class Migronaut:
         self, name: str, *, driver: Driver | None = None, cancel: CancelToken | None = None
     ) -> Answer:
         """One coordinator step; idempotent, safe from any number of processes."""
-        return self.background.coordinate(name, driver=driver, cancel=cancel)
+        files.validate_name(name)
+        self._ready()
+        return coordinate(self.runtime, name, driver=driver, cancel=cancel)
 
     def run_background_slice(
         self, name: str, *, slice_ms: int | None = None, cancel: CancelToken | None = None
     ) -> SliceResult:
         """One slice of one lane: claim a partition, work it until ``slice_ms``, release."""
-        return self.background.run_slice(name, slice_ms=slice_ms, cancel=cancel)
+        files.validate_name(name)
+        if slice_ms is not None:
+            check_slice_ms(slice_ms)
+        self._ready()
+        return run_slice(self.runtime, name, slice_ms=slice_ms, cancel=cancel)
 
     def run_background(
         self,
@@ -236,38 +314,124 @@ class Migronaut:
         :raises BackgroundFailedError: it failed.
         :raises RunAbortedError: ``cancel`` fired (it resumes from its checkpoints later).
         """
-        return self.background.run(
-            name, concurrency=concurrency, slice_ms=slice_ms, until_done=until_done, cancel=cancel
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ConfigInvalidError(
+                "concurrency must be a positive integer", {"key": "concurrency"}
+            )
+        if slice_ms is not None:
+            check_slice_ms(slice_ms)
+        self._registered(name)
+        self._ready()
+        return drive(
+            self.runtime,
+            name,
+            concurrency=concurrency,
+            slice_ms=slice_ms,
+            until_done=until_done,
+            cancel=cancel,
         )
+
+    def runnable_background(self) -> list[dict[str, Any]]:
+        """Background migrations with work to do, oldest first."""
+        self._ready()
+        return runnable(self.runtime)
+
+    # -- reading (no index is created, nothing is written) ---------------------------------
 
     def background_status(self, name: str | None = None) -> Any:
         """The status view of one background migration (None if unregistered), or of all."""
         if name is None:
-            return self.background.statuses()
-        return self.background.status(name)
+            return [view.to_dict() for view in self.background_status_views()]
+        files.validate_name(name)
+        view = self.background_status_view(name)
+        return None if view is None else view.to_dict()
+
+    def background_status_view(self, name: str) -> BackgroundStatusView | None:
+        """The typed status of one background migration; None when it is not registered.
+
+        Reads only: no index is created and nothing is written (a blocked one
+        is not unblocked here).
+        """
+        return read_status(self.runtime.store, name)
+
+    def background_status_views(
+        self,
+        *,
+        names: Collection[str] | None = None,
+        statuses: Collection[str] | None = None,
+    ) -> list[BackgroundStatusView]:
+        """The typed status of every registered background migration, oldest first.
+
+        :param names: only these migrations.
+        :param statuses: only those in these statuses (empty or None: any).
+        Reads only, like :meth:`background_status_view`.
+        """
+        return read_statuses(self.runtime.store, names=names, statuses=statuses)
+
+    def background_names(self) -> list[str]:
+        """Every registered background migration, oldest first; reads only."""
+        return registered_names(self.runtime.store)
 
     def background_partitions(self, name: str) -> list[dict[str, Any]]:
         """The partitions of the current generation: scope, cursor, counters, lease holder."""
-        return self.background.partitions(name)
+        state = self._registered(name)
+        partitions = self.runtime.store.list_partitions(name, generation=state["generation"])
+        return [partition_view(partition) for partition in partitions]
 
     def background_history(self, name: str) -> list[dict[str, Any]]:
         """The control history: action, from, to, who, why, when."""
-        return self.background.history(name)
+        return history_view(self._registered(name))
 
-    def runnable_background(self) -> list[dict[str, Any]]:
-        """Background migrations with work to do, oldest first."""
-        return self.background.runnable()
+    # -- controls ------------------------------------------------------------------------
 
-    def _control(
+    def control_background(
         self,
         name: str,
-        action: Action,
-        requested_by: str | None,
-        reason: str | None,
-        **options: Any,
+        action: ControlAction,
+        *,
+        reason: str | None = None,
+        actor: str | None = None,
+        wait: bool = False,
+        repin: bool = False,
     ) -> ControlResult:
-        actor = with_default_user(Actor(requested_by=requested_by, reason=reason))
-        return self.background.control(name, action, actor=actor, **options)
+        """Apply any of the :data:`~migronaut_core.CONTROL_ACTIONS` to a background migration.
+
+        ``pause``/``cancel``: lanes stop before their next batch (``wait`` until
+        they have, ``stopped`` says whether in time). ``resume``: back to
+        pending, or blocked while its requirements are open. ``retry``: a failed
+        or cancelled one from its checkpoints (a completed one is reopened over
+        what is left); ``retry_from_start`` drops all progress; either pins the
+        file on disk first with ``repin``. ``repin``: the file on disk becomes
+        its version (its checksum in the changelog too; ``replan`` says whether
+        its partitions are planned again). ``unlock``: clears the coordinator
+        lock and every lease (``lock``, ``leases``; its status is unchanged).
+        Recorded in its history with ``actor`` (default: the OS user) and ``reason``.
+
+        :raises ConfigInvalidError: an unknown action, or an option it does not take.
+        :raises NotAppliedError: it is not registered.
+        :raises BackgroundConflictError: the action does not fit its status.
+        """
+        action = controls.check_control(action, wait=wait, repin=repin)
+        who = with_default_user(Actor(requested_by=actor, reason=reason))
+        self._registered(name)
+        self._ready()
+        if action == "unlock":
+            return controls.unlock(self.runtime, name, actor=who)
+        if action == "repin":
+            return self._repin(name, who)
+        if repin:
+            self._repin(name, who)
+        if action == "retry_from_start":
+            return controls.control(self.runtime, name, "retry", actor=who, from_start=True)
+        result = controls.control(self.runtime, name, action, actor=who)
+        if wait:
+            return replace(result, stopped=controls.wait_for_lanes(self.runtime, name))
+        return result
+
+    def _repin(self, name: str, actor: Actor) -> ControlResult:
+        result, checksum = controls.repin(self.runtime, name, actor=actor)
+        self.runner.changelog.set_checksum(name, checksum)
+        return result
 
     def pause_background(
         self,
@@ -278,13 +442,13 @@ class Migronaut:
         wait: bool = False,
     ) -> ControlResult:
         """Pause; lanes stop before their next batch (``wait`` until they have)."""
-        return self._control(name, "pause", requested_by, reason, wait=wait)
+        return self.control_background(name, "pause", actor=requested_by, reason=reason, wait=wait)
 
     def resume_background(
         self, name: str, *, requested_by: str | None = None, reason: str | None = None
     ) -> ControlResult:
         """Resume a paused one (back to blocked while its requirements are open)."""
-        return self._control(name, "resume", requested_by, reason)
+        return self.control_background(name, "resume", actor=requested_by, reason=reason)
 
     def cancel_background(
         self,
@@ -295,7 +459,7 @@ class Migronaut:
         wait: bool = False,
     ) -> ControlResult:
         """Cancel; lanes stop before their next batch (``wait`` until they have)."""
-        return self._control(name, "cancel", requested_by, reason, wait=wait)
+        return self.control_background(name, "cancel", actor=requested_by, reason=reason, wait=wait)
 
     def retry_background(
         self,
@@ -307,25 +471,23 @@ class Migronaut:
         repin: bool = False,
     ) -> ControlResult:
         """Retry a failed or cancelled one (or reopen a completed one over what is left)."""
-        if repin:
-            self.repin_background(name, requested_by=requested_by, reason=reason)
-        return self._control(name, "retry", requested_by, reason, from_start=from_start)
+        action: ControlAction = "retry_from_start" if from_start else "retry"
+        return self.control_background(name, action, actor=requested_by, reason=reason, repin=repin)
 
     def repin_background(
         self, name: str, *, requested_by: str | None = None, reason: str | None = None
     ) -> ControlResult:
         """Pin the file on disk as the migration's version (its checksum in the changelog too)."""
-        actor = with_default_user(Actor(requested_by=requested_by, reason=reason))
-        result, checksum = self.background.repin(name, actor=actor)
-        self.runner.changelog.set_checksum(name, checksum)
-        return result
+        return self.control_background(name, "repin", actor=requested_by, reason=reason)
 
     def unlock_background(
         self, name: str, *, requested_by: str | None = None, reason: str | None = None
     ) -> dict[str, Any]:
         """Clear the coordinator lock and every lease of a stuck background migration."""
-        actor = with_default_user(Actor(requested_by=requested_by, reason=reason))
-        return self.background.unlock(name, actor=actor)
+        result = self.control_background(name, "unlock", actor=requested_by, reason=reason)
+        return {"lock": result.lock, "leases": result.leases}
+
+    # -- drift ---------------------------------------------------------------------------
 
     def verify_background(
         self,
@@ -343,7 +505,15 @@ class Migronaut:
         :returns: ``{checked, drifted: [{migration, collection, action}], skipped}``.
         """
         actor = Actor(requested_by=requested_by, reason=reason) if requested_by or reason else None
-        return self.background.verify(on_drift=on_drift, collections=collections, actor=actor)
+        chosen = self.config.background_on_drift if on_drift is None else on_drift
+        checked = "report" if chosen == "report" else _reopen_only(chosen)
+        self._ready()
+        streamed: set[str] = set()
+        if self.config.background_drift in ("stream", "both"):
+            streamed = set(self._watch_store().streaming_collections())
+        return drift.verify(
+            self.runtime, on_drift=checked, collections=collections, actor=actor, streamed=streamed
+        )
 
     def audit_background(self, *, stale_after_seconds: float = 15 * 60.0) -> list[Finding]:
         """Findings of the background side; read-only.
@@ -354,7 +524,12 @@ class Migronaut:
         watchers (drift mode ``stream``/``both``). See
         :mod:`migronaut_core.background.audit`.
         """
-        return self.background.audit(stale_after_seconds=stale_after_seconds)
+        return audits.audit(
+            self.runtime,
+            migrations_dir=self.config.migrations_dir,
+            watch=self._watch_store() if self.config.background_drift != "poll" else None,
+            stale_after_seconds=stale_after_seconds,
+        )
 
     def watch_background(
         self,
@@ -384,15 +559,18 @@ class Migronaut:
         :raises ConfigInvalidError: a bad option, or a standalone server (no
             change streams: keep drift mode ``poll``).
         """
-        return self.background.watch(
+        settings = watching.watch_settings(
+            ttl_seconds=self.config.lock_ttl_seconds,
             collections=collections,
             on_drift=on_drift,
-            cancel=cancel,
             batch_size=batch_size,
             batch_ms=batch_ms,
             refresh_seconds=refresh_seconds,
             leader_retry_seconds=leader_retry_seconds,
         )
+        watching.require_change_streams(self.runtime)
+        self._ready()
+        return watching.start_watch(self.runtime, self._watch_store(), settings, cancel=cancel)
 
     def background_watch_status(self, collection: str | None = None) -> Any:
         """What the drift watchers recorded: state, leader, counters, last event.
@@ -400,7 +578,15 @@ class Migronaut:
         One row per watched collection (or the one asked for, None when it has
         none); never the resume token.
         """
-        return self.background.watch_status(collection)
+        rows = self._watch_store().statuses(collection)
+        if collection is not None:
+            return watch_view(rows[0]) if rows else None
+        return [watch_view(row) for row in rows]
+
+    def _watch_store(self) -> WatchStore:
+        return WatchStore(self.runtime.db, self.config.background_collections.watch)
+
+    # -- dry runs ------------------------------------------------------------------------
 
     def dry_run_background(
         self,
@@ -433,7 +619,9 @@ class Migronaut:
             range, or step options for a declarative migration.
         :raises TransactionsUnsupportedError: ``validate`` on a standalone server.
         """
-        return self.background.dry_run(
+        files.validate_name(name)
+        return preview(
+            self.runtime,
             name,
             sample=sample,
             first=first,
@@ -442,6 +630,8 @@ class Migronaut:
             from_start=from_start,
         )
 
-    def wait_for_background_lanes(self, name: str, *, timeout_seconds: float = 120.0) -> bool:
-        """Wait until no lane holds a lease; False on timeout."""
-        return self.background.wait_for_lanes(name, timeout_seconds=timeout_seconds)
+
+def _reopen_only(on_drift: str) -> drift.OnDrift:
+    if on_drift != "reopen":
+        raise ConfigInvalidError("on_drift must be 'reopen' or 'report'", {"key": "on_drift"})
+    return "reopen"

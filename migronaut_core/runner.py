@@ -39,7 +39,6 @@ from migronaut_core.errors import (
     ConfigInvalidError,
     IrreversibleMigrationError,
     MigrationFailedError,
-    MigrationInvalidExportError,
     MigronautError,
     NotAppliedError,
     RunAbortedError,
@@ -138,7 +137,10 @@ class StatusRow:
 
 
 class BackgroundHooks(Protocol):
-    """What the runner needs from the background engine."""
+    """What the runner needs from the background engine.
+
+    The kit passes :class:`~migronaut_core.background.registration.RunnerHooks`.
+    """
 
     def check(self, migration: LoadedMigration, direction: Direction) -> None:
         """Validate a background migration before anything is written."""
@@ -154,33 +156,6 @@ class BackgroundHooks(Protocol):
 
     def after_applied(self, migration: LoadedMigration, ctx: MigrationContext) -> None:
         """Called after a background migration's registration was recorded."""
-
-
-class NoBackgroundEngine:
-    """Stands in when no background engine is wired: such files are refused clearly."""
-
-    def check(self, migration: LoadedMigration, direction: Direction) -> None:
-        if migration.kind != "background":
-            return
-        raise MigrationInvalidExportError(
-            f"migration {migration.name} is a background migration, and this kit has no "
-            "background engine",
-            {"name": migration.name},
-        )
-
-    def register(self, migration: LoadedMigration, ctx: MigrationContext) -> dict[str, Any]:
-        self.check(migration, "up")
-        return {}
-
-    def revert(self, migration: LoadedMigration, ctx: MigrationContext) -> dict[str, Any]:
-        self.check(migration, "down")
-        return {}
-
-    def waiting_for(self, requires: Sequence[str]) -> list[dict[str, Any]]:
-        return [{"migration": name, "status": "unknown"} for name in requires]
-
-    def after_applied(self, migration: LoadedMigration, ctx: MigrationContext) -> None:
-        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,12 +207,12 @@ class MigrationRunner:
         client: MongoClient[dict[str, Any]],
         db: Database[dict[str, Any]],
         *,
-        background: BackgroundHooks | None = None,
+        background: BackgroundHooks,
     ) -> None:
         self.config = config
         self.client = client
         self.db = db
-        self.background: BackgroundHooks = background or NoBackgroundEngine()
+        self.background = background
         self.changelog = Changelog(db[config.changelog_collection])
 
     @property
@@ -619,7 +594,6 @@ __all__ = [
     "MigrationContext",
     "MigrationResult",
     "MigrationRunner",
-    "NoBackgroundEngine",
     "RunOptions",
     "RunResult",
     "StatusRow",

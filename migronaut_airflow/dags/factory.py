@@ -25,7 +25,6 @@ from migronaut_airflow.hooks.migronaut import (
     mongo_conn_id_from,
 )
 from migronaut_airflow.operators.background import (
-    CONTROL_ACTIONS,
     BackgroundControlOperator,
     BackgroundLaneOperator,
     ContinueBackgroundOperator,
@@ -36,7 +35,7 @@ from migronaut_airflow.operators.background import (
     dag_id_for,
 )
 from migronaut_airflow.sensors.lanes import BackgroundLanesSensor
-from migronaut_core import files
+from migronaut_core import CONTROL_ACTIONS, files
 
 TAGS = ["migronaut"]
 #: Lanes run before the sensor that waits for them (``dag.test()`` runs one task at a time).

@@ -19,18 +19,14 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from migronaut_airflow.hooks.migronaut import MigronautHook, mongo_conn_id_from
 from migronaut_airflow.triggers.delay import DelayTrigger
-from migronaut_core import Migronaut, MigronautError
-from migronaut_core.background.coordinator import Answer, Driver
+from migronaut_core import Answer, Driver, Migronaut, MigronautError
+from migronaut_core.background.control.actions import RESTARTING, check_control
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 #: The prefix of every generated per-migration DAG id.
 DAG_PREFIX = "migronaut_bg__"
-#: Control actions the control DAG accepts.
-CONTROL_ACTIONS = ("pause", "resume", "cancel", "retry", "retry_from_start", "repin", "unlock")
-#: Actions after which the migration's DAG should run again.
-_RESTARTING = frozenset({"resume", "retry", "retry_from_start", "repin"})
 
 
 def dag_id_for(migration: str) -> str:
@@ -321,35 +317,18 @@ class BackgroundControlOperator(MigronautOperator):
         self.requested_by = requested_by
 
     def execute(self, context: Context) -> list[str]:
-        if self.action not in CONTROL_ACTIONS:
-            raise AirflowFailException(
-                f"unknown action {self.action!r}; expected one of {', '.join(CONTROL_ACTIONS)}"
-            )
         dag_run = context.get("dag_run")
         who = self.requested_by or getattr(dag_run, "triggering_user_name", None) or None
-        reason = self.reason or None
         try:
-            result = self._apply(who, reason)
+            action = check_control(self.action)
+            result = self.kit.control_background(
+                self.migration, action, actor=who, reason=self.reason or None
+            ).to_dict()
         except MigronautError as exc:
             raise AirflowFailException(f"{exc.code}: {exc.message}") from exc
         context["ti"].xcom_push(key="result", value=result)
-        self.log.info("%s: %s by %s: %s", self.migration, self.action, who, result)
-        return [dag_id_for(self.migration)] if self.action in _RESTARTING else []
-
-    def _apply(self, who: str | None, reason: str | None) -> dict[str, Any]:
-        kit, name = self.kit, self.migration
-        if self.action == "unlock":
-            return kit.unlock_background(name, requested_by=who, reason=reason)
-        if self.action == "repin":
-            return kit.repin_background(name, requested_by=who, reason=reason).to_dict()
-        if self.action in ("retry", "retry_from_start"):
-            from_start = self.action == "retry_from_start"
-            result = kit.retry_background(
-                name, requested_by=who, reason=reason, from_start=from_start
-            )
-            return result.to_dict()
-        method = getattr(kit, f"{self.action}_background")
-        return dict(method(name, requested_by=who, reason=reason).to_dict())
+        self.log.info("%s: %s by %s: %s", self.migration, action, who, result)
+        return [dag_id_for(self.migration)] if action in RESTARTING else []
 
 
 class MigrationsUpOperator(MigronautOperator):

@@ -17,7 +17,6 @@ from fastapi import APIRouter, Depends, Query
 from migronaut_airflow.plugins import actions, audit
 from migronaut_airflow.plugins.access import CurrentUser, Editor, Reader, may, may_trigger, readable
 from migronaut_airflow.plugins.models import (
-    ActionName,
     ActionRequest,
     ActionResult,
     ErrorBody,
@@ -29,7 +28,8 @@ from migronaut_airflow.plugins.readings import detail, migration_names, summarie
 from migronaut_airflow.plugins.runs import start_migration_dag
 from migronaut_airflow.plugins.target import current_kit
 from migronaut_airflow.plugins.throughput import ThroughputSampler
-from migronaut_core import Migronaut
+from migronaut_core import ControlAction, Migronaut
+from migronaut_core.background.control.actions import RESTARTING
 from migronaut_core.background.spec import STATUSES
 from migronaut_core.errors import ConfigInvalidError, MigronautError
 
@@ -107,7 +107,7 @@ def get_migration(grant: Reader, kit: Kit) -> MigrationDetail:
     summary="Control a background migration",
     responses={**_NOT_FOUND, **_CONFLICT},
 )
-def act(grant: Editor, action: ActionName, body: ActionRequest, kit: Kit) -> ActionResult:
+def act(grant: Editor, action: ControlAction, body: ActionRequest, kit: Kit) -> ActionResult:
     """Pause, resume, cancel, retry, retry from start, repin or unlock; needs edit access.
 
     The signed-in user is recorded as ``requested_by`` with the reason, in the
@@ -117,14 +117,9 @@ def act(grant: Editor, action: ActionName, body: ActionRequest, kit: Kit) -> Act
     """
     reason = actions.clean_reason(body.reason)
     try:
-        result = actions.apply(
-            kit,
-            grant.migration,
-            action,
-            requested_by=grant.user_name,
-            reason=reason,
-            repin=body.repin,
-        )
+        result = kit.control_background(
+            grant.migration, action, actor=grant.user_name, reason=reason, repin=body.repin
+        ).to_dict()
     except MigronautError as refused:
         audit.record_control(grant, action, reason=reason, outcome=refused.code)
         raise
@@ -133,7 +128,7 @@ def act(grant: Editor, action: ActionName, body: ActionRequest, kit: Kit) -> Act
     )
     log.info("%s: %s by %s (%s)", grant.migration, action, grant.user_name, result["applied"])
     dag_run, note = None, None
-    if action in actions.RESTARTING and result["status"] in ("pending", "running"):
+    if action in RESTARTING and result["status"] in ("pending", "running"):
         dag_run, note = start_migration_dag(grant, action)
     return ActionResult(
         migration=grant.migration,

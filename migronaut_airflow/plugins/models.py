@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-#: The controls the UI offers (the control DAG's actions).
-ActionName = Literal["pause", "resume", "cancel", "retry", "retry_from_start", "repin", "unlock"]
+from migronaut_core import ControlAction
+
 #: Where a partition's cursor is, without its value (an ``_id``, a shard key or a checkpoint).
 CursorPosition = Literal["start", "moving", "end"]
 
@@ -262,7 +262,7 @@ class DagRunStarted(BaseModel):
 
 class ActionResult(BaseModel):
     migration: str
-    action: ActionName
+    action: ControlAction
     applied: Literal["changed", "unchanged"]
     status: str
     requested_by: str

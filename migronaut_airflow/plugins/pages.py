@@ -10,6 +10,7 @@ CDN, no build step.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -20,10 +21,11 @@ from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Resp
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from migronaut_airflow.operators.background import DAG_PREFIX
-from migronaut_airflow.plugins import actions
 from migronaut_airflow.plugins.access import CurrentUser, Reader, login_url
 from migronaut_airflow.plugins.api import Kit, wanted_statuses
 from migronaut_airflow.plugins.models import ErrorBody
+from migronaut_core import CONTROL_ACTIONS, ControlAction
+from migronaut_core.background.control.actions import DESTRUCTIVE
 from migronaut_core.background.spec import STATUSES
 from migronaut_core.changelog import MAX_REASON_LENGTH
 from migronaut_core.errors import NotAppliedError
@@ -47,38 +49,35 @@ _templates = Environment(
 class Control:
     """A control button: its action, label, what it does, and whether to warn first."""
 
-    name: str
+    name: ControlAction
     label: str
     help: str
     destructive: bool
 
 
-CONTROLS: Final = (
-    Control("pause", "Pause", "Lanes stop before their next batch; resume continues.", False),
-    Control("resume", "Resume", "Run again from the checkpoints; starts its DAG.", False),
-    Control(
-        "cancel",
+#: How the page words each action: its button's label and what it does.
+_WORDING: Final[Mapping[ControlAction, tuple[str, str]]] = {
+    "pause": ("Pause", "Lanes stop before their next batch; resume continues."),
+    "resume": ("Resume", "Run again from the checkpoints; starts its DAG."),
+    "cancel": (
         "Cancel",
         "Stop for good: open partitions are cancelled (retry picks them up again).",
-        True,
     ),
-    Control("retry", "Retry", "Retry a failed or cancelled migration from its checkpoints.", False),
-    Control(
-        "retry_from_start",
+    "retry": ("Retry", "Retry a failed or cancelled migration from its checkpoints."),
+    "retry_from_start": (
         "Retry from start",
         "Throw this pass's progress and failed documents away and plan again.",
-        True,
     ),
-    Control("repin", "Repin", "Pin the migration file on disk as its version.", False),
-    Control(
-        "unlock",
+    "repin": ("Repin", "Pin the migration file on disk as its version."),
+    "unlock": (
         "Unlock",
         "Clear the coordinator lock and every lease; live lanes are cut off at their next write.",
-        True,
     ),
+}
+#: The buttons, one per core action, in the core's order.
+CONTROLS: Final = tuple(
+    Control(name, *_WORDING[name], destructive=name in DESTRUCTIVE) for name in CONTROL_ACTIONS
 )
-assert {control.name for control in CONTROLS} == set(actions.ACTIONS)
-assert {c.name for c in CONTROLS if c.destructive} == actions.DESTRUCTIVE
 
 router = APIRouter(include_in_schema=False)
 
@@ -111,7 +110,7 @@ def list_page(request: Request, user: CurrentUser, status: str | None = None) ->
 @router.get("/migrations/{name}", response_class=HTMLResponse)
 def detail_page(request: Request, grant: Reader, kit: Kit) -> HTMLResponse:
     """One migration: progress, partitions, history, throttle, drift and the controls."""
-    if kit.background.store.get(grant.migration, projection={"_id": 1}) is None:
+    if kit.background_status_view(grant.migration) is None:
         raise NotAppliedError(
             f"background migration {grant.migration} is not registered",
             {"migration": grant.migration},

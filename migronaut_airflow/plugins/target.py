@@ -87,7 +87,7 @@ class KitCache:
                 ) from exc
             except ConfigInvalidError as exc:
                 raise TargetNotConfiguredError(exc.message, {"conn_id": target.conn_id}) from exc
-            kit.background  # noqa: B018 - built once here, not raced by request threads
+            kit.runtime  # noqa: B018 - built once here, not raced by request threads
             return kit
 
     def close(self) -> None:

@@ -1,13 +1,22 @@
 """What status commands, the Airflow UI and the JSON API show of a background migration.
 
-Views are JSON-safe dicts. They never carry a lease's token, a resume token or a
-document value; failed documents are listed by ``_id`` (kept in the state so
-later passes can skip them) with a value-free reason.
+:func:`read_status` and :func:`read_statuses` build a :class:`BackgroundStatusView`
+with reads only: they create no index, unblock nothing and write nothing, so a
+viewer's page or a status command never changes the database. A view is frozen
+and typed (times are datetimes); its ``to_dict()`` is the JSON-safe shape the
+CLI's ``--json`` and :meth:`~migronaut_core.kit.Migronaut.background_status`
+print, with times as ISO text.
+
+Views never carry a lease's token, a resume token or a plan's token. Document
+values appear only where the JSON always showed them (a partition's scope and
+cursor, failed documents' ``_id``s in ``failed_document_samples``);
+``document_errors`` carry none, for readers that must not show any.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -19,11 +28,12 @@ if TYPE_CHECKING:
 
 #: Failed documents listed in a status view (the state keeps up to MAX_BAD_IDS).
 VIEW_FAILED_DOCUMENTS = 20
-#: Throughput is measured over this window for the ETA.
-ETA_WINDOW_SECONDS = 300
+
+Document = Mapping[str, Any]
 
 
-def _iso(value: Any) -> str | None:
+def iso_time(value: Any) -> str | None:
+    """A datetime as ISO text in UTC; None for anything else."""
     if isinstance(value, datetime):
         return pendulum.instance(value).in_timezone("UTC").isoformat()
     return None
@@ -36,18 +46,343 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [json_safe(item) for item in value]
     if isinstance(value, datetime):
-        return _iso(value)
+        return iso_time(value)
     if value is None or isinstance(value, bool | int | float | str):
         return value
     return json_util.dumps(value, json_options=json_util.RELAXED_JSON_OPTIONS)
 
 
-def progress(state: Mapping[str, Any], partitions: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def _time(value: Any) -> datetime | None:
+    return value if isinstance(value, datetime) else None
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressView:
     """Documents done in this pass against its estimate, with a percentage.
 
     ``at_least``: the estimate is a floor (a capped count); ``approximate``: it
     was estimated from a random sample (a large pass, see the id-range planner).
+    ``percent`` is None before the pass is planned.
     """
+
+    estimate: int
+    at_least: bool
+    approximate: bool
+    done: int
+    percent: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "estimate": self.estimate,
+            "at_least": self.at_least,
+            "approximate": self.approximate,
+            "done": self.done,
+            "percent": self.percent,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseView:
+    """Who holds a partition (never the lease's token)."""
+
+    owner: str | None
+    slot: int | None
+    renewed_at: datetime | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"owner": self.owner, "slot": self.slot, "renewed_at": iso_time(self.renewed_at)}
+
+
+@dataclass(frozen=True, slots=True)
+class LanePacing:
+    """What an adaptive lane stored on its partition: its batch size and pause now."""
+
+    batch_size: int | None
+    pause_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class PacingView:
+    """How the spec paces the lanes: fixed batch size, pause and lag bound, or adaptive."""
+
+    batch_size: int | None
+    pause_ms: int
+    max_lag_ms: int | None
+    adaptive: Mapping[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentError:
+    """Why a document failed, without the document or its ``_id``."""
+
+    reason: str | None
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionView:
+    """One partition: scope, cursor, counters, and who holds it."""
+
+    id: str
+    generation: int | None
+    index: int | None
+    status: str | None
+    scope: Any
+    group: Any
+    cursor: Any
+    counters: Mapping[str, int]
+    failed_documents: int
+    slice_failures: int
+    last_error: str | None
+    lease: LeaseView | None
+    updated_at: datetime | None
+    pacing: LanePacing | None
+    document_errors: tuple[DocumentError, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape: no pacing or document errors (see the status view for those)."""
+        return {
+            "id": self.id,
+            "generation": self.generation,
+            "index": self.index,
+            "status": self.status,
+            "scope": self.scope,
+            "group": self.group,
+            "cursor": self.cursor,
+            "counters": dict(self.counters),
+            "failed_documents": self.failed_documents,
+            "slice_failures": self.slice_failures,
+            "last_error": self.last_error,
+            "lease": None if self.lease is None else self.lease.to_dict(),
+            "updated_at": iso_time(self.updated_at),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BackgroundStatusView:
+    """The status of one background migration, read without writing anything.
+
+    ``failed_documents`` counts those recorded on the state (rolled up from
+    finished passes); ``pass_failed_documents`` those of the current pass that
+    are still on its partitions (0 once it is rolled up). ``document_errors``
+    lists why, oldest first, in the same order. ``plan`` is the current plan
+    without its token (empty before the first plan).
+    """
+
+    name: str
+    status: str | None
+    phase: str | None
+    direction: str
+    mode: str | None
+    collection: str | None
+    description: str | None
+    pass_number: int
+    generation: int
+    progress: ProgressView
+    eta_seconds: float | None
+    totals: Mapping[str, int]
+    partition_counts: Mapping[str, int]
+    live_leases: int
+    failed_documents: int
+    failed_document_samples: tuple[Mapping[str, Any], ...]
+    last_error: str | None
+    waits_for: tuple[str, ...]
+    requires: tuple[str, ...]
+    coordinator: Any
+    round: int | None
+    plan: Mapping[str, Any]
+    sharding: Mapping[str, Any] | None
+    created_at: datetime | None
+    started_at: datetime | None
+    completed_at: datetime | None
+    failed_at: datetime | None
+    updated_at: datetime | None
+    last_progress_at: datetime | None
+    max_parallel: int | None
+    pacing: PacingView
+    partitions: tuple[PartitionView, ...]
+    pass_failed_documents: int
+    document_errors: tuple[DocumentError, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape of the CLI and the kit's ``background_status``."""
+        return {
+            "name": self.name,
+            "status": self.status,
+            "phase": self.phase,
+            "direction": self.direction,
+            "mode": self.mode,
+            "collection": self.collection,
+            "description": self.description,
+            "pass": self.pass_number,
+            "generation": self.generation,
+            "progress": self.progress.to_dict(),
+            "eta_seconds": self.eta_seconds,
+            "totals": dict(self.totals),
+            "partitions": dict(self.partition_counts),
+            "live_leases": self.live_leases,
+            "failed_documents": self.failed_documents,
+            "failed_document_samples": [dict(sample) for sample in self.failed_document_samples],
+            "last_error": self.last_error,
+            "waits_for": list(self.waits_for),
+            "requires": list(self.requires),
+            "coordinator": self.coordinator,
+            "round": self.round,
+            "plan": dict(self.plan),
+            "sharding": None if self.sharding is None else dict(self.sharding),
+            "created_at": iso_time(self.created_at),
+            "started_at": iso_time(self.started_at),
+            "completed_at": iso_time(self.completed_at),
+            "failed_at": iso_time(self.failed_at),
+            "updated_at": iso_time(self.updated_at),
+            "last_progress_at": iso_time(self.last_progress_at),
+        }
+
+
+# -- reading ---------------------------------------------------------------------------
+
+
+def read_status(store: BackgroundStore, name: str) -> BackgroundStatusView | None:
+    """One migration's view; None when it is not registered. Reads only."""
+    state = store.get(name, projection={"history": 0})
+    return None if state is None else status_view(store, state)
+
+
+def read_statuses(
+    store: BackgroundStore,
+    *,
+    names: Collection[str] | None = None,
+    statuses: Collection[str] | None = None,
+) -> list[BackgroundStatusView]:
+    """The views of every registered migration (or of ``names``, in ``statuses``), oldest
+    first. Reads only."""
+    query: dict[str, Any] = {}
+    if names is not None:
+        query["_id"] = {"$in": sorted(names)}
+    if statuses:
+        query["status"] = {"$in": sorted(statuses)}
+    return [status_view(store, state) for state in store.list_states(query)]
+
+
+def registered_names(store: BackgroundStore) -> list[str]:
+    """Every registered background migration, oldest first. Reads only."""
+    return [state["_id"] for state in store.list_states()]
+
+
+def state_view(store: BackgroundStore, state: Document) -> dict[str, Any]:
+    """The JSON status of one background migration (see :class:`BackgroundStatusView`)."""
+    return status_view(store, state).to_dict()
+
+
+def status_view(store: BackgroundStore, state: Document) -> BackgroundStatusView:
+    """The view of a state document, with its current partitions and live leases."""
+    name = state["_id"]
+    generation = state.get("generation", 0)
+    partitions = store.list_partitions(name, generation=generation)
+    shown = progress(state, partitions)
+    spec = state.get("spec") or {}
+    errors = list(state.get("doc_errors") or [])
+    unrolled = _unrolled(state)
+    return BackgroundStatusView(
+        name=name,
+        status=state.get("status"),
+        phase=state.get("phase"),
+        direction=state.get("direction", "forward"),
+        mode=state.get("mode"),
+        collection=spec.get("collection"),
+        description=state.get("description"),
+        pass_number=state.get("pass", 0),
+        generation=generation,
+        progress=shown,
+        eta_seconds=eta_seconds(state, shown.done, shown.estimate),
+        totals=dict(state.get("totals") or {}),
+        partition_counts=_by_status(partitions),
+        live_leases=store.live_leases(name),
+        failed_documents=len(state.get("bad_ids") or []),
+        failed_document_samples=tuple(
+            json_safe({key: entry.get(key) for key in ("id", "reason", "error")})
+            for entry in errors[-VIEW_FAILED_DOCUMENTS:]
+        ),
+        last_error=state.get("last_error"),
+        waits_for=tuple(state.get("waits_for") or []),
+        requires=tuple(state.get("requires") or []),
+        coordinator=json_safe(state.get("coordinator")),
+        round=state.get("round"),
+        plan=json_safe(
+            {key: value for key, value in (state.get("plan") or {}).items() if key != "token"}
+        ),
+        sharding=sharding_view(state),
+        created_at=_time(state.get("created_at")),
+        started_at=_time(state.get("started_at")),
+        completed_at=_time(state.get("completed_at")),
+        failed_at=_time(state.get("failed_at")),
+        updated_at=_time(state.get("updated_at")),
+        last_progress_at=_time(state.get("last_progress_at")),
+        max_parallel=spec.get("max_parallel"),
+        pacing=_pacing(spec),
+        partitions=tuple(partition_of(partition) for partition in partitions),
+        pass_failed_documents=(
+            sum(len(p.get("bad_ids") or []) for p in partitions) if unrolled else 0
+        ),
+        document_errors=_document_errors(
+            [*errors, *(e for p in partitions for e in p.get("doc_errors") or [])]
+            if unrolled
+            else errors
+        ),
+    )
+
+
+def partition_of(partition: Document) -> PartitionView:
+    """One partition's view (never the lease token)."""
+    lease = partition.get("lease") or {}
+    stored = partition.get("throttle")
+    return PartitionView(
+        id=str(partition["_id"]),
+        generation=partition.get("generation"),
+        index=partition.get("index"),
+        status=partition.get("status"),
+        scope=json_safe(partition.get("scope")),
+        group=partition.get("group"),
+        cursor=json_safe(partition.get("cursor")),
+        counters=dict(partition.get("counters") or {}),
+        failed_documents=len(partition.get("bad_ids") or []),
+        slice_failures=partition.get("slice_failures", 0),
+        last_error=partition.get("last_error"),
+        lease=(
+            LeaseView(
+                owner=lease.get("owner"),
+                slot=lease.get("slot"),
+                renewed_at=_time(lease.get("renewed_at")),
+            )
+            if lease
+            else None
+        ),
+        updated_at=_time(partition.get("updated_at")),
+        pacing=(
+            LanePacing(batch_size=stored.get("batch_size"), pause_ms=stored.get("pause_ms"))
+            if isinstance(stored, Mapping)
+            else None
+        ),
+        document_errors=_document_errors(partition.get("doc_errors") or []),
+    )
+
+
+def partition_view(partition: Document) -> dict[str, Any]:
+    """The JSON of one partition (see :class:`PartitionView`)."""
+    return partition_of(partition).to_dict()
+
+
+def history_view(state: Document) -> list[dict[str, Any]]:
+    """The control history, oldest first: action, from, to, who, why, when."""
+    return [json_safe(entry) for entry in state.get("history") or []]
+
+
+def progress(state: Document, partitions: Sequence[Document]) -> ProgressView:
+    """Documents done in this pass against its estimate (see :class:`ProgressView`)."""
     plan = state.get("plan") or {}
     estimate = int(plan.get("estimate") or 0)
     done_now = sum(
@@ -62,16 +397,16 @@ def progress(state: Mapping[str, Any], partitions: Sequence[Mapping[str, Any]]) 
         percent = round(min(100.0, 100.0 * done_now / estimate), 1)
     else:
         percent = None
-    return {
-        "estimate": estimate,
-        "at_least": bool(plan.get("at_least")),
-        "approximate": bool(plan.get("approximate")),
-        "done": done_now,
-        "percent": percent,
-    }
+    return ProgressView(
+        estimate=estimate,
+        at_least=bool(plan.get("at_least")),
+        approximate=bool(plan.get("approximate")),
+        done=done_now,
+        percent=percent,
+    )
 
 
-def eta_seconds(state: Mapping[str, Any], done_now: int, estimate: int) -> float | None:
+def eta_seconds(state: Document, done_now: int, estimate: int) -> float | None:
     """Seconds left at the pass's average rate so far; None when it cannot be told."""
     started = state.get("started_at")
     if state.get("status") != "running" or not started or estimate <= done_now or done_now <= 0:
@@ -84,56 +419,7 @@ def eta_seconds(state: Mapping[str, Any], done_now: int, estimate: int) -> float
     return round((estimate - done_now) / rate, 1) if rate > 0 else None
 
 
-def state_view(store: BackgroundStore, state: Mapping[str, Any]) -> dict[str, Any]:
-    """The status of one background migration."""
-    name = state["_id"]
-    generation = state.get("generation", 0)
-    partitions = store.list_partitions(name, generation=generation)
-    by_status: dict[str, int] = {}
-    for partition in partitions:
-        by_status[partition["status"]] = by_status.get(partition["status"], 0) + 1
-    shown = progress(state, partitions)
-    bad_ids = list(state.get("bad_ids") or [])
-    errors = list(state.get("doc_errors") or [])
-    return {
-        "name": name,
-        "status": state.get("status"),
-        "phase": state.get("phase"),
-        "direction": state.get("direction", "forward"),
-        "mode": state.get("mode"),
-        "collection": (state.get("spec") or {}).get("collection"),
-        "description": state.get("description"),
-        "pass": state.get("pass", 0),
-        "generation": generation,
-        "progress": shown,
-        "eta_seconds": eta_seconds(state, shown["done"], shown["estimate"]),
-        "totals": dict(state.get("totals") or {}),
-        "partitions": by_status,
-        "live_leases": store.live_leases(name),
-        "failed_documents": len(bad_ids),
-        "failed_document_samples": [
-            json_safe({key: entry.get(key) for key in ("id", "reason", "error")})
-            for entry in errors[-VIEW_FAILED_DOCUMENTS:]
-        ],
-        "last_error": state.get("last_error"),
-        "waits_for": list(state.get("waits_for") or []),
-        "requires": list(state.get("requires") or []),
-        "coordinator": json_safe(state.get("coordinator")),
-        "round": state.get("round"),
-        "plan": json_safe(
-            {key: value for key, value in (state.get("plan") or {}).items() if key != "token"}
-        ),
-        "sharding": sharding_view(state),
-        "created_at": _iso(state.get("created_at")),
-        "started_at": _iso(state.get("started_at")),
-        "completed_at": _iso(state.get("completed_at")),
-        "failed_at": _iso(state.get("failed_at")),
-        "updated_at": _iso(state.get("updated_at")),
-        "last_progress_at": _iso(state.get("last_progress_at")),
-    }
-
-
-def sharding_view(state: Mapping[str, Any]) -> dict[str, Any] | None:
+def sharding_view(state: Document) -> dict[str, Any] | None:
     """How the current plan split the collection: ``{mode, key, groups}``.
 
     ``mode`` is ``off`` (by ``_id``, not sharded or shard-awareness off),
@@ -149,35 +435,32 @@ def sharding_view(state: Mapping[str, Any]) -> dict[str, Any] | None:
     return dict(json_safe(recorded))
 
 
-def partition_view(partition: Mapping[str, Any]) -> dict[str, Any]:
-    """One partition: scope, cursor, counters, and who holds it (never the lease token)."""
-    lease = partition.get("lease") or {}
-    holder = (
-        {
-            "owner": lease.get("owner"),
-            "slot": lease.get("slot"),
-            "renewed_at": _iso(lease.get("renewed_at")),
-        }
-        if lease
-        else None
+def _by_status(partitions: Sequence[Document]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for partition in partitions:
+        counts[partition["status"]] = counts.get(partition["status"], 0) + 1
+    return counts
+
+
+def _unrolled(state: Document) -> bool:
+    """The current pass's counters are still on its partitions, not in the totals."""
+    return int(state.get("rolled_generation", 0)) < int(state.get("generation", 0))
+
+
+def _pacing(spec: Document) -> PacingView:
+    fixed = spec.get("throttle") or {}
+    adaptive = spec.get("adaptive")
+    return PacingView(
+        batch_size=spec.get("batch_size"),
+        pause_ms=int(fixed.get("pause_ms") or 0),
+        max_lag_ms=fixed.get("max_lag_ms"),
+        adaptive=dict(adaptive) if isinstance(adaptive, Mapping) else None,
     )
-    return {
-        "id": str(partition["_id"]),
-        "generation": partition.get("generation"),
-        "index": partition.get("index"),
-        "status": partition.get("status"),
-        "scope": json_safe(partition.get("scope")),
-        "group": partition.get("group"),
-        "cursor": json_safe(partition.get("cursor")),
-        "counters": dict(partition.get("counters") or {}),
-        "failed_documents": len(partition.get("bad_ids") or []),
-        "slice_failures": partition.get("slice_failures", 0),
-        "last_error": partition.get("last_error"),
-        "lease": holder,
-        "updated_at": _iso(partition.get("updated_at")),
-    }
 
 
-def history_view(state: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The control history, oldest first: action, from, to, who, why, when."""
-    return [json_safe(entry) for entry in state.get("history") or []]
+def _document_errors(entries: Sequence[Any]) -> tuple[DocumentError, ...]:
+    return tuple(
+        DocumentError(reason=_text(entry.get("reason")), error=_text(entry.get("error")))
+        for entry in entries
+        if isinstance(entry, Mapping)
+    )

@@ -156,7 +156,7 @@ def test_the_probe_reads_the_version_index_and_at_most_one_document(
     state = db[STATES].find_one({"_id": SPLIT_NAME})
     assert state is not None
     spec = BackgroundSpec.from_document(state["spec"])
-    match, hint = probe_query(kit.background.runtime, spec, state.get("bad_ids") or [])
+    match, hint = probe_query(kit.runtime, spec, state.get("bad_ids") or [])
     assert hint == [("_v", 1), ("_id", 1)]
 
     explained = db.users.find(match, {"_id": 1}).hint(hint).limit(1).explain()

@@ -188,7 +188,7 @@ def test_validate_reports_a_duplicate_key_without_its_value_and_writes_nothing(
     plain = kit.dry_run_background(SPLIT_NAME, first=12)
     assert plain.totals["errors"] == 0  # the transform alone cannot see the index
 
-    calls = kit.background.load(SPLIT_NAME).fns.migrate.__globals__["calls"]
+    calls = kit.runtime.load(SPLIT_NAME).fns.migrate.__globals__["calls"]
     calls.clear()
 
     report = kit.dry_run_background(SPLIT_NAME, first=12, validate=True)
@@ -287,7 +287,7 @@ def test_a_batch_transform_is_previewed_in_batches(
     write_background(migrations, body=BATCHED)
     before = users_hash(db)
 
-    calls = kit.background.load(SPLIT_NAME).fns.migrate_batch.__globals__["calls"]
+    calls = kit.runtime.load(SPLIT_NAME).fns.migrate_batch.__globals__["calls"]
 
     for validate in (False, True):
         calls.clear()

@@ -114,7 +114,7 @@ def record_cluster(
 
 def as_cluster(kit: Migronaut, config_db: Database[Doc]) -> None:
     """Make the kit see a sharded cluster whose metadata is the recorded one."""
-    kit.background.runtime.catalog = ShardCatalog(kit.client, config_db=config_db, sharded=True)
+    kit.runtime.catalog = ShardCatalog(kit.client, config_db=config_db, sharded=True)
 
 
 def live_by_group(db: Database[Doc]) -> Counter[str | None]:
@@ -222,7 +222,7 @@ def test_the_batch_query_of_a_lane_reads_the_version_index(
         kit.converge()
         kit.coordinate_background(SPLIT_NAME)
         state = db.migronaut_background.find_one({"_id": SPLIT_NAME})
-        job = job_for(kit.background.runtime, SPLIT_NAME, state)
+        job = job_for(kit.runtime, SPLIT_NAME, state)
         partition = db.migronaut_background_partitions.find_one({"migration": SPLIT_NAME})
         query = job.partitioner.batch_query(
             partition["scope"], {}, limit=100, match=job.match, hint=job.hint
@@ -384,7 +384,7 @@ def test_every_document_falls_in_exactly_one_planned_scope(
         kit.up()
         kit.coordinate_background(SPLIT_NAME)
         state = db.migronaut_background.find_one({"_id": SPLIT_NAME})
-        job = job_for(kit.background.runtime, SPLIT_NAME, state)
+        job = job_for(kit.runtime, SPLIT_NAME, state)
     scopes = [
         p["scope"] for p in db.migronaut_background_partitions.find({"migration": SPLIT_NAME})
     ]
@@ -473,7 +473,7 @@ def test_an_unreadable_shard_key_splits_by_id_untargeted_and_says_so_once(
     db.users.create_index([("_v", 1), ("_id", 1)])
     write_background(migrations, max_parallel=2)
     with make_kit(mongo_uri, db, migrations, collections=VERSIONED, lock_ttl_seconds=5) as kit:
-        kit.background.runtime.catalog = _NoPrivilege(kit.client, sharded=True)
+        kit.runtime.catalog = _NoPrivilege(kit.client, sharded=True)
         assert kit.converge().collections[0].sharding == "unknown"
         kit.up()
         with caplog.at_level(logging.WARNING):
@@ -517,8 +517,8 @@ def test_the_drift_probe_uses_the_sharded_version_index(
     with make_kit(mongo_uri, db, migrations, collections=VERSIONED, lock_ttl_seconds=5) as kit:
         as_cluster(kit, config_db)
         kit.converge()
-        state_spec = kit.background.load(SPLIT_NAME).spec
-        assert probe_hint(kit.background.runtime, state_spec) == [("_v", 1), ("n", 1), ("_id", 1)]
+        state_spec = kit.runtime.load(SPLIT_NAME).spec
+        assert probe_hint(kit.runtime, state_spec) == [("_v", 1), ("n", 1), ("_id", 1)]
 
 
 def test_recorded_facts_read_through_the_catalog(

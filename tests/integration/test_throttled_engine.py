@@ -58,7 +58,7 @@ def test_adaptive_batches_shrink_under_latency_and_resume_from_the_stored_state(
         stored = partition["throttle"]["batch_size"]
         assert stored < 200
         # A new lane process: it resumes from the partition's state.
-        kit.background.runtime.throttles.forget()
+        kit.runtime.throttles.forget()
         sizes.clear()
         kit.run_background_slice(SPLIT_NAME, slice_ms=100)
         assert sizes[0] <= stored + 20
@@ -120,7 +120,7 @@ def test_a_completed_migration_leaves_no_throttle_state_on_the_runtime(
     write_background(migrations, body=ADAPTIVE_WITH_A_BAD_THROTTLE)
     with make_kit(mongo_uri, db, migrations) as kit:
         kit.up()
-        runtime = kit.background.runtime
+        runtime = kit.runtime
         kit.coordinate_background(SPLIT_NAME)
         kit.run_background_slice(SPLIT_NAME, slice_ms=100)
         assert runtime.throttles.migrations() == {SPLIT_NAME}
@@ -139,7 +139,7 @@ def test_a_cancelled_migration_leaves_no_throttle_state_on_the_runtime(
     write_background(migrations, body=ADAPTIVE_WITH_A_BAD_THROTTLE)
     with make_kit(mongo_uri, db, migrations) as kit:
         kit.up()
-        runtime = kit.background.runtime
+        runtime = kit.runtime
         kit.coordinate_background(SPLIT_NAME)
         kit.run_background_slice(SPLIT_NAME, slice_ms=100)
         assert runtime.throttles.migrations() == {SPLIT_NAME}

@@ -1,17 +1,23 @@
 """Operators' controls: pause, resume, cancel, retry (reopen), repin, unlock, wait.
 
-Each control is a compare-and-set on the state's status, recorded in its
+:data:`CONTROL_ACTIONS` is the one list of what an operator may ask for; the
+CLI, the Airflow operators and the UI take it from here, and
+:meth:`~migronaut_core.kit.Migronaut.control_background` applies any of them.
+Each status control is a compare-and-set on the state's status, recorded in its
 ``history`` with who asked and why. An action that does not fit the current
 status raises :class:`~migronaut_core.errors.BackgroundConflictError`; one that is
-already in effect answers ``unchanged``.
+already in effect answers ``unchanged``. Every control answers a
+:class:`ControlResult`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from types import MappingProxyType
+from typing import Any, Final, Literal, get_args
 
 import pendulum
 
@@ -21,27 +27,100 @@ from migronaut_core.background.lifecycle import waiting_for
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.spec import BackgroundSpec, Direction, match_hash
 from migronaut_core.changelog import Actor
-from migronaut_core.errors import BackgroundConflictError
+from migronaut_core.errors import BackgroundConflictError, ConfigInvalidError
 
 log = logging.getLogger("migronaut_core.background")
 
-Action = Literal["pause", "resume", "cancel", "retry"]
+#: What an operator may ask of a background migration.
+ControlAction = Literal["pause", "resume", "cancel", "retry", "retry_from_start", "repin", "unlock"]
+#: Every control action, in the order they are offered.
+CONTROL_ACTIONS: Final[tuple[ControlAction, ...]] = get_args(ControlAction)
+#: What each action does, in one line (the CLI's help).
+SUMMARIES: Final[Mapping[ControlAction, str]] = MappingProxyType(
+    {
+        "pause": "pause; lanes stop before their next batch",
+        "resume": "resume a paused one",
+        "cancel": "cancel; lanes stop before their next batch",
+        "retry": "retry a failed or cancelled one (reopen a completed one)",
+        "retry_from_start": "retry, dropping all progress",
+        "repin": "pin the file on disk as its version",
+        "unlock": "clear the coordinator lock and every lease of a stuck one",
+    }
+)
+#: How a report says that an action was done.
+DONE: Final[Mapping[ControlAction, str]] = MappingProxyType(
+    {
+        "pause": "paused",
+        "resume": "resumed",
+        "cancel": "cancelled",
+        "retry": "retried",
+        "retry_from_start": "retried",
+        "repin": "repinned",
+        "unlock": "unlocked",
+    }
+)
+#: Actions after which the migration may have work again (its driver should run).
+RESTARTING: Final[frozenset[ControlAction]] = frozenset(
+    {"resume", "retry", "retry_from_start", "repin"}
+)
+#: Actions that throw work away or cut live lanes off (worth a confirmation).
+DESTRUCTIVE: Final[frozenset[ControlAction]] = frozenset({"cancel", "retry_from_start", "unlock"})
+#: Actions whose lanes stop before their next batch (``wait`` for them).
+STOPPING: Final[frozenset[ControlAction]] = frozenset({"pause", "cancel"})
+#: Actions that may pin the file on disk first (``repin``).
+RETRYING: Final[frozenset[ControlAction]] = frozenset({"retry", "retry_from_start"})
+
+#: The status moves of the state machine (see :func:`control`).
+Move = Literal["pause", "resume", "cancel", "retry"]
 
 
 @dataclass(frozen=True, slots=True)
 class ControlResult:
+    """What a control did: ``changed`` or ``unchanged``, and the status it left.
+
+    ``replan``: a repin changed what the migration matches (its partitions are
+    planned again). ``stopped``: with ``wait``, the lanes stopped in time.
+    ``lock`` and ``leases``: an unlock cleared the coordinator lock / dropped
+    this many leases.
+    """
+
     applied: Literal["changed", "unchanged"]
     status: str
     replan: bool | None = None
     stopped: bool | None = None
+    lock: bool | None = None
+    leases: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"applied": self.applied, "status": self.status}
-        if self.replan is not None:
-            data["replan"] = self.replan
-        if self.stopped is not None:
-            data["stopped"] = self.stopped
+        for key in ("replan", "stopped", "lock", "leases"):
+            value = getattr(self, key)
+            if value is not None:
+                data[key] = value
         return data
+
+
+def check_control(action: str, *, wait: bool = False, repin: bool = False) -> ControlAction:
+    """``action`` as a :data:`ControlAction`, with options that fit it.
+
+    :raises ConfigInvalidError: an unknown action, ``wait`` with an action that
+        stops no lane, or ``repin`` with one that is not a retry.
+    """
+    known = next((listed for listed in CONTROL_ACTIONS if listed == action), None)
+    if known is None:
+        raise ConfigInvalidError(
+            f"unknown action {action!r}; expected one of {', '.join(CONTROL_ACTIONS)}",
+            {"key": "action"},
+        )
+    if wait and known not in STOPPING:
+        raise ConfigInvalidError(
+            "wait goes with pause and cancel only", {"key": "wait", "action": known}
+        )
+    if repin and known not in RETRYING:
+        raise ConfigInvalidError(
+            "repin goes with retry and retry_from_start only", {"key": "repin", "action": known}
+        )
+    return known
 
 
 def _registered(rt: Runtime, name: str, action: str) -> dict[str, Any]:
@@ -57,12 +136,12 @@ def _registered(rt: Runtime, name: str, action: str) -> dict[str, Any]:
 def control(
     rt: Runtime,
     name: str,
-    action: Action,
+    action: Move,
     *,
     actor: Actor | None = None,
     from_start: bool = False,
 ) -> ControlResult:
-    """Apply ``action`` to a background migration; see the module docstring."""
+    """Move a background migration's status by ``action``; see the module docstring."""
     who = actor or Actor()
     for _ in range(10):
         state = _registered(rt, name, action)
@@ -198,10 +277,13 @@ def repin(rt: Runtime, name: str, *, actor: Actor | None = None) -> tuple[Contro
     return ControlResult("changed", state["status"], replan=replan), loaded.checksum
 
 
-def unlock(rt: Runtime, name: str, *, actor: Actor | None = None) -> dict[str, Any]:
-    """Clear the coordinator lock and every lease; live lanes are fenced at their next write."""
+def unlock(rt: Runtime, name: str, *, actor: Actor | None = None) -> ControlResult:
+    """Clear the coordinator lock and every lease; live lanes are fenced at their next write.
+
+    ``changed`` when a lock or a lease was cleared; the status is left as it was.
+    """
     who = actor or Actor()
-    _registered(rt, name, "unlock")
+    state = _registered(rt, name, "unlock")
     lock = rt.lock_for(name).force_release() is not None
     leases = rt.store.unlock_all(name)
     rt.store.note(name, {"action": "unlock", "lock": lock, "leases": leases, **who.fields()})
@@ -215,7 +297,8 @@ def unlock(rt: Runtime, name: str, *, actor: Actor | None = None) -> dict[str, A
         "cleared" if lock else "not held",
         leases,
     )
-    return {"lock": lock, "leases": leases}
+    applied: Literal["changed", "unchanged"] = "changed" if lock or leases else "unchanged"
+    return ControlResult(applied, state["status"], lock=lock, leases=leases)
 
 
 def wait_for_lanes(

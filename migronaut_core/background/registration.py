@@ -1,0 +1,202 @@
+"""Where the runner meets the background engine: register, revert, and the ``requires`` guard.
+
+:class:`RunnerHooks` is the kit's :class:`~migronaut_core.runner.BackgroundHooks`:
+``up`` registers a background migration (``blocked`` while what it requires
+has not completed), ``down`` registers the way back or withdraws one that has
+rewritten nothing, and a regular migration that ``requires`` background ones
+waits for them. With ``background_inline`` the engine drives each one to its
+end right there. :func:`unblock_dependents` is the runtime's ``on_completed``;
+:func:`runnable` lists what has work, unblocking what may go on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from migronaut_core import files
+from migronaut_core.background.lanes.driver import drive
+from migronaut_core.background.lifecycle import requires_status, try_unblock, waiting_for
+from migronaut_core.background.loading import BackgroundFiles
+from migronaut_core.background.runtime import LoadedBackground, Runtime
+from migronaut_core.config import Config
+from migronaut_core.errors import (
+    BackgroundPendingError,
+    IrreversibleMigrationError,
+    MigrationInvalidExportError,
+)
+from migronaut_core.files import LoadedMigration
+
+if TYPE_CHECKING:
+    from migronaut_core.runner import Direction, MigrationContext
+
+log = logging.getLogger("migronaut_core.background")
+
+
+class RunnerHooks:
+    """The runner's background hooks over one kit's runtime and files.
+
+    :param ready: makes sure the store's indexes exist before anything is written.
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        background_files: BackgroundFiles,
+        config: Config,
+        *,
+        ready: Callable[[], None],
+    ) -> None:
+        self.runtime = runtime
+        self.files = background_files
+        self.config = config
+        self._ready = ready
+
+    def check(self, migration: LoadedMigration, direction: Direction) -> None:
+        """Everything that would make ``up``/``down`` fail, checked before anything is written."""
+        if migration.requires and direction == "up":
+            self._check_requires(migration)
+        if migration.kind != "background":
+            return
+        if direction == "up":
+            self.files.resolve(migration)
+            return
+        self._ready()
+        state = self.runtime.store.get(migration.name)
+        spec = self.files.resolve(migration).spec
+        if not spec.reversible and state is not None and self._has_rewritten(state):
+            raise _irreversible(migration.name)
+
+    def _check_requires(self, migration: LoadedMigration) -> None:
+        migrations_dir = self.config.migrations_dir
+        sequence = {item.name for item in files.discover(migrations_dir)}
+        for required in migration.requires:
+            if required not in sequence:
+                raise MigrationInvalidExportError(
+                    f"{migration.name} requires {required}, which is not a migration of the "
+                    "sequence",
+                    {"name": migration.name, "requires": required},
+                )
+            if files.load(files.find(migrations_dir, required)).kind != "background":
+                raise MigrationInvalidExportError(
+                    f"{migration.name} requires {required}, which is not a background "
+                    "migration (regular migrations already run in order)",
+                    {"name": migration.name, "requires": required},
+                )
+
+    def register(self, migration: LoadedMigration, ctx: MigrationContext) -> dict[str, Any]:
+        """``up`` of a background migration: register it (blocked while requirements are open)."""
+        self._ready()
+        loaded = self.files.resolve(migration)
+        waits = waiting_for(self.runtime, loaded.requires)
+        status = "blocked" if waits else "pending"
+        self.runtime.store.register(
+            migration.name,
+            _registration(loaded, status=status, direction="forward", waits_for=waits),
+            by=None,
+        )
+        self.runtime.emit(
+            "background:registered",
+            {"migration": migration.name, "status": status, "direction": "forward"},
+        )
+        return {"status": status, "direction": "forward", "waits_for": waits}
+
+    def revert(self, migration: LoadedMigration, ctx: MigrationContext) -> dict[str, Any]:
+        """``down``: register the way back, or withdraw one that has rewritten nothing."""
+        self._ready()
+        loaded = self.files.resolve(migration)
+        store = self.runtime.store
+        if loaded.spec.reversible:
+            store.register(
+                migration.name,
+                _registration(loaded, status="pending", direction="revert", waits_for=[]),
+                action="revert",
+            )
+            return {"status": "pending", "direction": "revert"}
+        state = store.get(migration.name)
+        if state is not None and self._has_rewritten(state):
+            raise _irreversible(migration.name)
+        store.delete(migration.name)
+        return {"status": "withdrawn"}
+
+    def waiting_for(self, requires: Sequence[str]) -> list[dict[str, Any]]:
+        """The requirements that have not completed (driven to the end first in inline mode)."""
+        self._ready()
+        rows = [row for row in requires_status(self.runtime, requires) if not row["done"]]
+        if rows and self.config.background_inline:
+            for row in rows:
+                if row["status"] != "unregistered":
+                    self._run_inline(row["migration"])
+            rows = [row for row in requires_status(self.runtime, requires) if not row["done"]]
+        return [{"migration": row["migration"], "status": row["status"]} for row in rows]
+
+    def after_applied(self, migration: LoadedMigration, ctx: MigrationContext) -> None:
+        if self.config.background_inline:
+            self._run_inline(migration.name)
+
+    def _run_inline(self, name: str) -> None:
+        state = self.runtime.store.get(name)
+        if state is None:
+            return
+        for required in state.get("waits_for") or [] if state["status"] == "blocked" else []:
+            self._run_inline(required)
+        log.info("running %s inline", name)
+        spec_doc = state.get("spec") or {}
+        view = drive(self.runtime, name, concurrency=int(spec_doc.get("max_parallel", 1)))
+        if view.get("status") == "blocked":
+            raise BackgroundPendingError(
+                f"background migration {name} cannot run inline: it waits for "
+                f"{', '.join(view.get('waits_for', []))}",
+                {"migration": name},
+            )
+
+    def _has_rewritten(self, state: dict[str, Any]) -> bool:
+        if state.get("status") == "completed" or (state.get("totals") or {}).get("migrated"):
+            return True
+        return any(
+            (partition.get("counters") or {}).get("migrated")
+            for partition in self.runtime.store.list_partitions(state["_id"])
+        )
+
+
+def runnable(rt: Runtime) -> list[dict[str, Any]]:
+    """Migrations with work to do, oldest first (blocked ones whose requirements are met are
+    unblocked): ``{migration, status}``."""
+    rows = []
+    waiting = {"status": {"$in": ["pending", "running", "blocked"]}}
+    for state in rt.store.list_states(waiting):
+        current = try_unblock(rt, state) if state["status"] == "blocked" else state
+        if current is not None:
+            rows.append({"migration": current["_id"], "status": current["status"]})
+    return rows
+
+
+def unblock_dependents(rt: Runtime, name: str) -> None:
+    """``name`` completed: move the blocked migrations that required it on, if they can."""
+    for state in rt.store.list_states({"requires": name, "status": "blocked"}):
+        try_unblock(rt, state)
+
+
+def _registration(
+    loaded: LoadedBackground, *, status: str, direction: str, waits_for: list[str]
+) -> dict[str, Any]:
+    return {
+        "status": status,
+        "mode": loaded.spec.mode,
+        "direction": direction,
+        "spec": loaded.spec.to_document(),
+        "checksum": loaded.checksum,
+        "requires": list(loaded.requires) if direction == "forward" else [],
+        "waits_for": waits_for,
+        "collection": loaded.spec.collection,
+        "description": loaded.description,
+    }
+
+
+def _irreversible(name: str) -> IrreversibleMigrationError:
+    return IrreversibleMigrationError(
+        f"background migration {name} has no revert and has rewritten documents: it cannot "
+        "be reverted",
+        {"name": name},
+    )
