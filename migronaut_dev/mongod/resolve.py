@@ -20,7 +20,7 @@ from typing import Any, Literal, Self
 from pymongo.errors import OperationFailure
 
 from migronaut_core.errors import ConfigInvalidError, ServerUnavailableError
-from migronaut_core.kit import redact_uri
+from migronaut_core.scrub import redact_uri
 from migronaut_dev.mongod.binary import (
     DEMO_URI_ENV,
     DOCKER_IMAGE,
