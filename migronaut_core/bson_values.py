@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Final
 
+import pendulum
+from bson import json_util
 from bson.binary import Binary
 from bson.code import Code
 from bson.datetime_ms import DatetimeMS
@@ -43,6 +45,8 @@ __all__ = [
     "canonical_id_key",
     "clone_document",
     "clone_value",
+    "iso_time",
+    "json_safe",
     "to_decimal",
 ]
 
@@ -367,3 +371,26 @@ def canonical_id_key(value: Any) -> str:
     always gets the same key, across processes and releases.
     """
     return json.dumps(_key_tree(value), ensure_ascii=False, separators=(",", ":"))
+
+
+# ─── As JSON ───────────────────────────────────────────────────────────────────
+
+
+def iso_time(value: Any) -> str | None:
+    """A datetime as ISO text in UTC; None for anything else."""
+    if isinstance(value, datetime.datetime):
+        return pendulum.instance(value).in_timezone("UTC").isoformat()
+    return None
+
+
+def json_safe(value: Any) -> Any:
+    """Make a stored value JSON-safe: dates as ISO text, other BSON as extended JSON text."""
+    if isinstance(value, Mapping):
+        return {str(key): json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(item) for item in value]
+    if isinstance(value, datetime.datetime):
+        return iso_time(value)
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return json_util.dumps(value, json_options=json_util.RELAXED_JSON_OPTIONS)

@@ -28,11 +28,11 @@ from pymongo import MongoClient
 from pymongo.client_session import ClientSession
 from pymongo.database import Database
 from pymongo.errors import PyMongoError
-from pymongo.topology_description import TOPOLOGY_TYPE
 
 from migronaut_core import files
 from migronaut_core.changelog import Actor, Changelog, ChangelogRecord
 from migronaut_core.config import Config
+from migronaut_core.deployment import supports_transactions
 from migronaut_core.errors import (
     BackgroundPendingError,
     ChecksumMismatchError,
@@ -503,13 +503,6 @@ def _as_migronaut_error(
     return MigrationFailedError(
         f"migration {migration.name} ({direction}) raised {type(exc).__name__}", context
     )
-
-
-def supports_transactions(client: MongoClient[dict[str, Any]]) -> bool:
-    """Whether the connected deployment can run multi-document transactions."""
-    client.admin.command("ping")
-    topology = client.topology_description.topology_type
-    return topology in (TOPOLOGY_TYPE.ReplicaSetWithPrimary, TOPOLOGY_TYPE.Sharded)
 
 
 def with_default_user(actor: Actor) -> Actor:

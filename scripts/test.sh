@@ -27,7 +27,6 @@ echo "==> ruff"
 "$VENV/bin/ruff" format --check .
 echo "==> mypy"
 "$VENV/bin/mypy"
-"$VENV/bin/mypy" -p migronaut_dev
 echo "==> import contracts (lint-imports)"
 "$VENV/bin/lint-imports"
 echo "==> pytest"

@@ -30,7 +30,7 @@ from migronaut_airflow.plugins.target import current_kit
 from migronaut_airflow.plugins.throughput import ThroughputSampler
 from migronaut_core import ControlAction, Migronaut
 from migronaut_core.background.control.actions import RESTARTING
-from migronaut_core.background.spec import STATUSES
+from migronaut_core.background.control.states import STATUSES
 from migronaut_core.errors import ConfigInvalidError, MigronautError
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from migronaut_airflow.plugins.api import Kit, wanted_statuses
 from migronaut_airflow.plugins.models import ErrorBody
 from migronaut_core import CONTROL_ACTIONS, ControlAction
 from migronaut_core.background.control.actions import DESTRUCTIVE
-from migronaut_core.background.spec import STATUSES
+from migronaut_core.background.control.states import STATUSES
 from migronaut_core.changelog import MAX_REASON_LENGTH
 from migronaut_core.errors import NotAppliedError
 

@@ -43,7 +43,8 @@ from migronaut_airflow.plugins.throughput import (
     recent_rate,
 )
 from migronaut_core import BackgroundStatusView, Migronaut, PartitionView
-from migronaut_core.background.views import LanePacing, iso_time
+from migronaut_core.background.views import LanePacing
+from migronaut_core.bson_values import iso_time
 from migronaut_core.errors import NotAppliedError
 
 #: Failure reasons a detail lists (newest).

@@ -1,7 +1,7 @@
 """Wait for the lanes of one background migration pass (the ``wait_for_lanes`` task).
 
 :class:`BackgroundLanesSensor` succeeds, returning (and pushing as XCom) one of
-:data:`~migronaut_airflow.triggers.lanes.REASONS`, when the pass drained, the
+:data:`~migronaut_core.background.lanes.waiting.REASONS`, when the pass drained, the
 migration left ``running``, it was re-planned, or no lease stayed live for the grace
 period. Deferrable by default: it then waits in the triggerer
 (:class:`~migronaut_airflow.triggers.lanes.BackgroundLanesTrigger`) and frees its
@@ -21,12 +21,9 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue, XComArg
 from airflow.sdk.exceptions import AirflowException
 
 from migronaut_airflow.hooks.migronaut import MigronautHook, mongo_conn_id_from
-from migronaut_airflow.triggers.lanes import REASONS, BackgroundLanesTrigger, LanesWatch
-from migronaut_core.background.store import (
-    LANES_STATE_PROJECTION,
-    live_leases_filter,
-    open_partitions_filter,
-)
+from migronaut_airflow.triggers.lanes import BackgroundLanesTrigger
+from migronaut_core.background.lanes.waiting import REASONS, LanesWatch
+from migronaut_core.background.store.lanes import read_lanes
 from migronaut_core.config import BackgroundCollections
 
 if TYPE_CHECKING:
@@ -188,19 +185,8 @@ class BackgroundLanesSensor(BaseSensorOperator):
             )
         db = self.hook.get_conn().get_database(self.database)
         names = BackgroundCollections.from_prefix(self._collection_prefix())
-        state = db[names.state].find_one({"_id": self.migration}, LANES_STATE_PROJECTION)
-        verdict = watch.judge_state(state)
-        if verdict is None:
-            partitions = db[names.partitions]
-            open_filter = open_partitions_filter(self.migration, generation=generation, plan=plan)
-            has_open = partitions.find_one(open_filter, {"_id": 1}) is not None
-            live = (
-                has_open
-                and partitions.find_one(live_leases_filter(self.migration), {"_id": 1}) is not None
-            )
-            verdict = watch.judge_partitions(
-                open_partitions=has_open, live_lease=live, now=time.monotonic()
-            )
+        snapshot = read_lanes(db, names, self.migration, generation=generation, plan=plan)
+        verdict = watch.judge(snapshot, now=time.monotonic())
         if verdict is None:
             return None
         self.log.info("Done waiting for the lanes of %s: %s", self.migration, verdict["reason"])

@@ -1,31 +1,21 @@
 """Wait, in the triggerer, for the lanes of one background migration pass to stop.
 
 :class:`BackgroundLanesTrigger` polls MongoDB with an ``AsyncMongoClient`` and fires
-exactly one event when waiting is over:
-
-=================  ===================================================================
-``reason``         when
-=================  ===================================================================
-``left-running``   the state is gone or its status is not ``running`` (the event also
-                   carries ``migration_status``: that status, or ``"unregistered"``)
-``replanned``      the state's generation or plan token is not the one waited on
-``drained``        no partition of that generation and plan is pending or running
-``no-live-lease``  open partitions remain but no lease has been live for the whole
-                   grace period (the lanes died; the coordinator's next round reaps
-                   them and plans new lanes)
-=================  ===================================================================
+exactly one event when waiting is over, for one of the reasons of
+:data:`~migronaut_core.background.lanes.waiting.REASONS` (the core judges: this
+trigger only reads snapshots through
+:func:`~migronaut_core.background.store.lanes.read_lanes_async` and reports).
 
 Success events are ``{"status": "success", "reason", "migration"}`` (plus
 ``migration_status`` for ``left-running``); a failure is one
 ``{"status": "error", "message", "migration"}`` whose message names the error type
-and never holds document values. :class:`LanesWatch` holds the judgement, shared
-with the poke mode of :class:`~migronaut_airflow.sensors.lanes.BackgroundLanesSensor`.
+and never holds document values.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow.providers.mongo.hooks.mongo import MongoHook
@@ -34,18 +24,11 @@ from asgiref.sync import sync_to_async
 from pymongo import AsyncMongoClient
 
 from migronaut_airflow.hooks.migronaut import MigronautHook, mongo_conn_id_from
-from migronaut_core.background.store import (
-    LANES_STATE_PROJECTION,
-    live_leases_filter,
-    open_partitions_filter,
-)
+from migronaut_core.background.lanes.waiting import LanesWatch
+from migronaut_core.background.store.lanes import read_lanes_async
 from migronaut_core.config import BackgroundCollections
 from migronaut_core.scrub import redact_uri
 
-#: Every ``reason`` a success event can carry.
-REASONS = ("left-running", "replanned", "drained", "no-live-lease")
-#: ``migration_status`` of a ``left-running`` event whose state document is gone.
-UNREGISTERED = "unregistered"
 #: Longest exception text an error event carries.
 MAX_MESSAGE_CHARS = 300
 
@@ -64,53 +47,6 @@ def mongo_client_options(hook: MongoHook) -> dict[str, Any]:
     if hook.allow_insecure:
         options["tlsAllowInvalidCertificates"] = True
     return options
-
-
-class LanesWatch:
-    """Judge, one observation at a time, whether waiting for a pass's lanes is over.
-
-    Each method returns ``None`` (keep waiting) or the event fields past ``status``
-    and ``migration``: ``{"reason": …}``, plus ``migration_status`` for
-    ``left-running``. The no-live-lease grace is measured between calls on a
-    monotonic clock the caller passes in; a live lease or a drained plan restarts it.
-    """
-
-    __slots__ = ("_no_lease_since", "generation", "grace", "plan")
-
-    def __init__(self, *, generation: int, plan: str, no_lease_grace_seconds: float) -> None:
-        self.generation = generation
-        self.plan = plan
-        self.grace = no_lease_grace_seconds
-        self._no_lease_since: float | None = None
-
-    def judge_state(self, state: Mapping[str, Any] | None) -> dict[str, Any] | None:
-        """Judge the state document (projected with ``LANES_STATE_PROJECTION``)."""
-        if state is None:
-            return {"reason": "left-running", "migration_status": UNREGISTERED}
-        status = state.get("status")
-        if status != "running":
-            return {"reason": "left-running", "migration_status": str(status or "unknown")}
-        plan = state.get("plan")
-        token = plan.get("token") if isinstance(plan, Mapping) else None
-        if state.get("generation") != self.generation or token != self.plan:
-            return {"reason": "replanned"}
-        return None
-
-    def judge_partitions(
-        self, *, open_partitions: bool, live_lease: bool, now: float
-    ) -> dict[str, Any] | None:
-        """Judge whether the plan has open partitions and any lease is live, at ``now``."""
-        if not open_partitions:
-            self._no_lease_since = None
-            return {"reason": "drained"}
-        if live_lease:
-            self._no_lease_since = None
-            return None
-        if self._no_lease_since is None:
-            self._no_lease_since = now
-        if now - self._no_lease_since >= self.grace:
-            return {"reason": "no-live-lease"}
-        return None
 
 
 class BackgroundLanesTrigger(BaseTrigger):
@@ -205,28 +141,17 @@ class BackgroundLanesTrigger(BaseTrigger):
         try:
             db = client.get_database(self.database)
             names = BackgroundCollections.from_prefix(self.collection_prefix)
-            states, partitions = db[names.state], db[names.partitions]
             watch = LanesWatch(
                 generation=self.generation,
                 plan=self.plan,
                 no_lease_grace_seconds=self.no_lease_grace_seconds,
             )
-            open_filter = open_partitions_filter(
-                self.migration, generation=self.generation, plan=self.plan
-            )
-            live_filter = live_leases_filter(self.migration)
             loop = asyncio.get_running_loop()
             while True:
-                state = await states.find_one({"_id": self.migration}, LANES_STATE_PROJECTION)
-                verdict = watch.judge_state(state)
-                if verdict is None:
-                    has_open = await partitions.find_one(open_filter, {"_id": 1}) is not None
-                    live = has_open and (
-                        await partitions.find_one(live_filter, {"_id": 1}) is not None
-                    )
-                    verdict = watch.judge_partitions(
-                        open_partitions=has_open, live_lease=live, now=loop.time()
-                    )
+                snapshot = await read_lanes_async(
+                    db, names, self.migration, generation=self.generation, plan=self.plan
+                )
+                verdict = watch.judge(snapshot, now=loop.time())
                 if verdict is not None:
                     return verdict
                 await asyncio.sleep(self.poll_interval)

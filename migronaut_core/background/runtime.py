@@ -27,8 +27,8 @@ from migronaut_core.background.store import BackgroundStore
 from migronaut_core.background.throttle.pacing import warning_keys
 from migronaut_core.background.throttle.registry import ThrottleRegistry
 from migronaut_core.background.warn_once import WarnOnce
+from migronaut_core.deployment import supports_transactions
 from migronaut_core.lock import MongoLock
-from migronaut_core.runner import supports_transactions
 
 log = logging.getLogger("migronaut_core.background")
 

@@ -21,7 +21,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import pendulum
-from bson import json_util
+
+from migronaut_core.bson_values import iso_time, json_safe
 
 if TYPE_CHECKING:
     from migronaut_core.background.store import BackgroundStore
@@ -30,26 +31,6 @@ if TYPE_CHECKING:
 VIEW_FAILED_DOCUMENTS = 20
 
 Document = Mapping[str, Any]
-
-
-def iso_time(value: Any) -> str | None:
-    """A datetime as ISO text in UTC; None for anything else."""
-    if isinstance(value, datetime):
-        return pendulum.instance(value).in_timezone("UTC").isoformat()
-    return None
-
-
-def json_safe(value: Any) -> Any:
-    """Make a stored value JSON-safe: dates as ISO text, other BSON as extended JSON text."""
-    if isinstance(value, Mapping):
-        return {str(key): json_safe(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(item) for item in value]
-    if isinstance(value, datetime):
-        return iso_time(value)
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    return json_util.dumps(value, json_options=json_util.RELAXED_JSON_OPTIONS)
 
 
 def _time(value: Any) -> datetime | None:

@@ -14,12 +14,8 @@ from typing import Any
 import pytest
 from pymongo.database import Database
 
-from migronaut_airflow.triggers.lanes import (
-    REASONS,
-    BackgroundLanesTrigger,
-    LanesWatch,
-    error_message,
-)
+from migronaut_airflow.triggers.lanes import BackgroundLanesTrigger, error_message
+from migronaut_core.background.lanes.waiting import REASONS, LanesWatch
 from tests.support.lanes import (
     NAME,
     NAMES,

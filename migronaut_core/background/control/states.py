@@ -17,9 +17,8 @@ from migronaut_core.errors import BackgroundConflictError, ConfigInvalidError
 Status: TypeAlias = Literal[
     "pending", "blocked", "running", "paused", "completed", "failed", "cancelled"
 ]
-Phase: TypeAlias = Literal["partition", "process", "replan"]
-ControlAction: TypeAlias = Literal["pause", "resume", "cancel", "retry", "reopen"]
-#: Control actions plus the engine's own moves.
+#: The moves of the state machine: what controls ask for (see
+#: :data:`~migronaut_core.background.control.actions.CONTROL_ACTIONS`) and what the engine does.
 Action: TypeAlias = Literal[
     "pause", "resume", "cancel", "retry", "reopen", "plan", "complete", "fail", "unblock"
 ]

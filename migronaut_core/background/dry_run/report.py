@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from migronaut_core.background.spec import Direction
-from migronaut_core.background.views import json_safe
+from migronaut_core.bson_values import json_safe
 
 __all__ = ["DocumentPreview", "DryRunReport", "Method", "StepDryRunReport"]
 

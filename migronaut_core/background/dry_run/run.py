@@ -21,8 +21,8 @@ from migronaut_core.background.dry_run.report import DryRunReport, StepDryRunRep
 from migronaut_core.background.dry_run.sandbox import validated
 from migronaut_core.background.dry_run.steps import dry_run_steps
 from migronaut_core.background.runtime import Runtime
+from migronaut_core.deployment import supports_transactions
 from migronaut_core.errors import TransactionsUnsupportedError
-from migronaut_core.runner import supports_transactions
 
 __all__ = ["dry_run"]
 

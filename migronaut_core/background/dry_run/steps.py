@@ -26,8 +26,8 @@ from migronaut_core.background.dry_run.report import StepDryRunReport
 from migronaut_core.background.engine.steps import StepContext, read_step_result
 from migronaut_core.background.runtime import LoadedBackground, Runtime
 from migronaut_core.background.spec import BackgroundSpec, Direction
+from migronaut_core.deployment import supports_transactions
 from migronaut_core.errors import ConfigInvalidError, TransactionsUnsupportedError
-from migronaut_core.runner import supports_transactions
 from migronaut_core.scrub import error_text
 
 __all__ = ["dry_run_steps"]

@@ -5,23 +5,13 @@
   :func:`check_slice_ms`, every mistake a ``ConfigInvalidError`` naming the key;
 - :mod:`.match`: :func:`match_of`, :func:`exclude_bad_ids`, :func:`match_hash`.
 
-Every public name is re-exported here. So are the status names and
-:func:`transition`, whose home is :mod:`migronaut_core.background.control.states`.
+Every public name is re-exported here. The status names and the state machine
+live with the controls, in :mod:`migronaut_core.background.control.states`.
 Everything here is pure: no database, no clock, no logging.
 """
 
 from __future__ import annotations
 
-from migronaut_core.background.control.states import (
-    STATUSES,
-    TERMINAL,
-    Action,
-    ControlAction,
-    Phase,
-    Status,
-    Transition,
-    transition,
-)
 from migronaut_core.background.spec.match import exclude_bad_ids, match_hash, match_of
 from migronaut_core.background.spec.model import (
     MAX_CHECKPOINT_BYTES,
@@ -38,25 +28,17 @@ from migronaut_core.background.spec.validation import check_slice_ms, resolve_sp
 
 __all__ = [
     "MAX_CHECKPOINT_BYTES",
-    "STATUSES",
-    "TERMINAL",
-    "Action",
     "AdaptiveSettings",
     "BackgroundFunctions",
     "BackgroundSpec",
-    "ControlAction",
     "Direction",
     "Mode",
     "PartitionSettings",
-    "Phase",
-    "Status",
     "ThrottleSettings",
     "TransactionSettings",
-    "Transition",
     "check_slice_ms",
     "exclude_bad_ids",
     "match_hash",
     "match_of",
     "resolve_spec",
-    "transition",
 ]

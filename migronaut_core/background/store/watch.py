@@ -16,7 +16,7 @@ from pymongo import ReturnDocument
 from pymongo.collection import Collection
 from pymongo.database import Database
 
-from migronaut_core.background.views import json_safe
+from migronaut_core.bson_values import json_safe
 
 Document = dict[str, Any]
 

@@ -39,8 +39,7 @@ from migronaut_core.background.drift.watch.edges import (
 from migronaut_core.background.drift.watch.upgrade import WATCH_ACTOR, Upgrader
 from migronaut_core.background.job import job_for
 from migronaut_core.background.store.watch import WATCH_COUNTERS, Fence
-from migronaut_core.background.views import json_safe
-from migronaut_core.bson_values import canonical_id_key
+from migronaut_core.bson_values import canonical_id_key, json_safe
 from migronaut_core.errors import MigronautError
 from migronaut_core.lock import MongoLock
 from migronaut_core.scrub import error_text
