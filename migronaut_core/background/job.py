@@ -29,6 +29,7 @@ from migronaut_core.background.spec import (
     Direction,
     exclude_bad_ids,
     match_of,
+    read_stored,
 )
 from migronaut_core.errors import ChecksumMismatchError, TransactionsUnsupportedError
 
@@ -206,9 +207,7 @@ def build_job(
     and generation apply. :func:`job_for` is the checked way in; a dry run calls
     this directly, since it reports a changed file instead of refusing it.
     """
-    spec = (
-        BackgroundSpec.from_document(state["spec"], name=name) if state.get("spec") else loaded.spec
-    )
+    spec = read_stored(state["spec"], name=name) if state.get("spec") else loaded.spec
     direction: Direction = "revert" if state.get("direction") == "revert" else "forward"
     match = (
         {}

@@ -18,7 +18,7 @@ from pymongo.database import Database
 
 from migronaut_core import Migronaut
 from migronaut_core.background.drift.verify import probe_query
-from migronaut_core.background.spec import BackgroundSpec
+from migronaut_core.background.spec import read_stored
 from migronaut_core.cli import main
 from migronaut_core.errors import ConfigInvalidError
 from tests.support.background import (
@@ -155,7 +155,7 @@ def test_the_probe_reads_the_version_index_and_at_most_one_document(
         old_release_writes(db)
     state = db[STATES].find_one({"_id": SPLIT_NAME})
     assert state is not None
-    spec = BackgroundSpec.from_document(state["spec"])
+    spec = read_stored(state["spec"])
     match, hint = probe_query(kit.runtime, spec, state.get("bad_ids") or [])
     assert hint == [("_v", 1), ("_id", 1)]
 

@@ -28,6 +28,7 @@ from migronaut_core.background.spec import (
     exclude_bad_ids,
     match_hash,
     match_of,
+    read_stored,
     resolve_spec,
 )
 from migronaut_core.errors import BackgroundConflictError, ConfigInvalidError
@@ -519,10 +520,10 @@ def _full_spec() -> BackgroundSpec:
 )
 def test_document_round_trip(spec: BackgroundSpec) -> None:
     doc = spec.to_document()
-    assert BackgroundSpec.from_document(doc) == spec
+    assert read_stored(doc) == spec
     # Through BSON, as the state document stores it.
     stored = bson.decode(bson.encode({"spec": doc}))["spec"]
-    assert BackgroundSpec.from_document(stored) == spec
+    assert read_stored(stored) == spec
     assert match_hash(stored, "forward") == match_hash(spec, "forward")
 
 
@@ -540,28 +541,22 @@ def test_document_shape() -> None:
 
 
 def test_from_document_tolerates_missing_and_unknown_keys() -> None:
-    spec = BackgroundSpec.from_document(
-        {"collection": "users", "from": 1, "to": 2, "added_later": {"x": 1}}
-    )
+    spec = read_stored({"collection": "users", "from": 1, "to": 2, "added_later": {"x": 1}})
     assert spec == BackgroundSpec(collection="users", from_version=1, to_version=2)
-    partial = BackgroundSpec.from_document(
-        {**BASE, "partitions": {"sample_size": 5, "new": 1}, "adaptive": {}}
-    )
+    partial = read_stored({**BASE, "partitions": {"sample_size": 5, "new": 1}, "adaptive": {}})
     assert partial.partitions == PartitionSettings(16, 5, 5_000)
     assert partial.adaptive == AdaptiveSettings(50, 500, 50)
 
 
 def test_from_document_still_validates_values() -> None:
+    refused(lambda: read_stored({**BASE, "batch_size": 0}, name=NAME), "batch_size")
     refused(
-        lambda: BackgroundSpec.from_document({**BASE, "batch_size": 0}, name=NAME), "batch_size"
-    )
-    refused(
-        lambda: BackgroundSpec.from_document({"collection": "users", "from": 1}),
+        lambda: read_stored({"collection": "users", "from": 1}),
         "to",
         migration="(stored spec)",
     )
     refused(
-        lambda: BackgroundSpec.from_document({**BASE, "reversible": "yes"}),
+        lambda: read_stored({**BASE, "reversible": "yes"}),
         "reversible",
         migration="(stored spec)",
     )

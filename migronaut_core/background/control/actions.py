@@ -25,7 +25,7 @@ from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.control.states import TERMINAL, transition
 from migronaut_core.background.lifecycle import waiting_for
 from migronaut_core.background.runtime import Runtime
-from migronaut_core.background.spec import BackgroundSpec, Direction, match_hash
+from migronaut_core.background.spec import Direction, match_hash, read_stored
 from migronaut_core.changelog import Actor
 from migronaut_core.errors import BackgroundConflictError, ConfigInvalidError
 
@@ -256,7 +256,7 @@ def repin(rt: Runtime, name: str, *, actor: Actor | None = None) -> tuple[Contro
     who = actor or Actor()
     state = _registered(rt, name, "repin")
     loaded = rt.load(name)
-    before = BackgroundSpec.from_document(state["spec"]) if state.get("spec") else loaded.spec
+    before = read_stored(state["spec"]) if state.get("spec") else loaded.spec
     after = loaded.spec
     direction: Direction = "revert" if state.get("direction") == "revert" else "forward"
     replan = (

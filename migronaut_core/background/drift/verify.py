@@ -16,7 +16,7 @@ from typing import Any, Literal
 from migronaut_core.background.control.actions import control
 from migronaut_core.background.indexes import probe_hint
 from migronaut_core.background.runtime import Runtime
-from migronaut_core.background.spec import BackgroundSpec, exclude_bad_ids, match_of
+from migronaut_core.background.spec import BackgroundSpec, exclude_bad_ids, match_of, read_stored
 from migronaut_core.changelog import Actor
 from migronaut_core.errors import ConfigInvalidError
 
@@ -46,7 +46,7 @@ def verify(
     for state in rt.store.list_states({"status": "completed"}):
         if state.get("direction") == "revert" or not state.get("spec"):
             continue
-        spec = BackgroundSpec.from_document(state["spec"])
+        spec = read_stored(state["spec"])
         if (
             spec.collection is None
             or (wanted is not None and spec.collection not in wanted)

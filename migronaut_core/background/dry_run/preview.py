@@ -25,7 +25,7 @@ from migronaut_core.background.engine.batch import (
 )
 from migronaut_core.background.job import Job, build_job
 from migronaut_core.background.runtime import LoadedBackground, Runtime
-from migronaut_core.background.spec import BackgroundSpec
+from migronaut_core.background.spec import BackgroundSpec, read_stored
 from migronaut_core.bson_values import canonical_id_key
 from migronaut_core.errors import DocError
 from migronaut_core.scrub import error_text
@@ -64,7 +64,7 @@ Transformed = list[tuple[Document, Document | None, DocError | None]]
 def spec_of(name: str, loaded: LoadedBackground, state: Mapping[str, Any] | None) -> BackgroundSpec:
     """The registered spec when there is one (it wins for running lanes), else the file's."""
     if state is not None and state.get("spec"):
-        return BackgroundSpec.from_document(state["spec"], name=name)
+        return read_stored(state["spec"], name=name)
     return loaded.spec
 
 

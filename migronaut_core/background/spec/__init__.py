@@ -24,7 +24,7 @@ from migronaut_core.background.spec.model import (
     ThrottleSettings,
     TransactionSettings,
 )
-from migronaut_core.background.spec.validation import check_slice_ms, resolve_spec
+from migronaut_core.background.spec.validation import check_slice_ms, read_stored, resolve_spec
 
 __all__ = [
     "MAX_CHECKPOINT_BYTES",
@@ -40,5 +40,6 @@ __all__ = [
     "exclude_bad_ids",
     "match_hash",
     "match_of",
+    "read_stored",
     "resolve_spec",
 ]

@@ -16,6 +16,7 @@ from typing import Any, Final
 from bson import json_util
 
 from migronaut_core.background.spec.model import BackgroundSpec, Direction
+from migronaut_core.background.spec.validation import read_stored
 from migronaut_core.bson_values import clone_document
 from migronaut_core.versioning import version_filter
 
@@ -55,11 +56,11 @@ def match_hash(spec: BackgroundSpec | Mapping[str, Any], direction: Direction) -
     the current plan must be replaced. Stable across processes and releases.
 
     :param spec: a spec, or a stored spec document (read with
-        :meth:`BackgroundSpec.from_document`).
+        :func:`~migronaut_core.background.spec.validation.read_stored`).
     :returns: 16 lowercase hex digits of a SHA-256.
     """
     if not isinstance(spec, BackgroundSpec):
-        spec = BackgroundSpec.from_document(spec)
+        spec = read_stored(spec)
     payload = [
         "match/1",
         spec.mode,

@@ -7,7 +7,7 @@ migration file (DESIGN §3.1), with its settings groups
 :class:`BackgroundFunctions` the module-level functions beside it. A spec is
 stored in the state document when the migration is registered
 (:meth:`BackgroundSpec.to_document`) and read back from there by running lanes
-(:meth:`BackgroundSpec.from_document`): the stored spec, not the file, is what a
+(:func:`~.validation.read_stored`): the stored spec, not the file, is what a
 registered migration runs by. Instances come validated from
 :mod:`~migronaut_core.background.spec.validation`; pure data, no database.
 """
@@ -15,7 +15,7 @@ registered migration runs by. Instances come validated from
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias
 
@@ -111,9 +111,10 @@ class AdaptiveSettings:
 class BackgroundSpec:
     """The validated ``background`` mapping of a migration file.
 
-    Build it with :func:`resolve_spec` (from a file) or :meth:`from_document`
-    (from the state document); both guarantee every invariant below. Direct
-    construction skips validation and is meant for tests.
+    Build it with :func:`~.validation.resolve_spec` (from a file) or
+    :func:`~.validation.read_stored` (from the state document); both guarantee
+    every invariant below. Direct construction skips validation and is meant for
+    tests.
 
     - ``collection`` is ``None`` only in step mode;
     - ``field`` and ``revision_field`` are distinct top-level field names, never ``_id``;
@@ -187,23 +188,6 @@ class BackgroundSpec:
             "throttle": dataclasses.asdict(self.throttle),
             "reversible": self.reversible,
         }
-
-    @classmethod
-    def from_document(cls, doc: Mapping[str, Any], *, name: str | None = None) -> BackgroundSpec:
-        """Read back a spec stored by :meth:`to_document`.
-
-        Tolerant of what an older or newer release stored: a missing optional
-        key takes its default, an unknown key is ignored. The values that are
-        there are validated as strictly as a file's.
-
-        :param name: the migration, for error messages.
-        :raises ConfigInvalidError: a value is invalid, or ``from``/``to`` (or a
-            declarative spec's ``collection``) is missing.
-        """
-        # The validation builds specs, so it is imported here, when first needed.
-        from migronaut_core.background.spec.validation import read_stored  # noqa: PLC0415
-
-        return read_stored(doc, name=name)
 
 
 def _switch_document(settings: TransactionSettings | AdaptiveSettings | None) -> Any:

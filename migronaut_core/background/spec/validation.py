@@ -454,7 +454,13 @@ def resolve_spec(
 def read_stored(doc: Mapping[str, Any], *, name: str | None = None) -> BackgroundSpec:
     """Read back a spec stored by :meth:`BackgroundSpec.to_document`.
 
-    See :meth:`BackgroundSpec.from_document`, which calls this.
+    Tolerant of what an older or newer release stored: a missing optional key
+    takes its default, an unknown key is ignored. The values that are there are
+    validated as strictly as a file's.
+
+    :param name: the migration, for error messages.
+    :raises ConfigInvalidError: a value is invalid, or ``from``/``to`` (or a
+        declarative spec's ``collection``) is missing.
     """
     label = name if name is not None else "(stored spec)"
     try:

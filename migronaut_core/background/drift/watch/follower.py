@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import pendulum
 from bson import Timestamp
@@ -30,23 +30,23 @@ from pymongo.change_stream import CollectionChangeStream
 from pymongo.errors import OperationFailure, PyMongoError
 
 from migronaut_core.background.backoff import Backoff
+from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.drift.watch.edges import (
     Edge,
     edge_signature,
     edge_states,
     watch_pipeline,
 )
+from migronaut_core.background.drift.watch.settings import WatchSettings
 from migronaut_core.background.drift.watch.upgrade import WATCH_ACTOR, Upgrader
 from migronaut_core.background.job import job_for
-from migronaut_core.background.store.watch import WATCH_COUNTERS, Fence
+from migronaut_core.background.runtime import Runtime
+from migronaut_core.background.store.watch import WATCH_COUNTERS, Fence, WatchStore
 from migronaut_core.bson_values import canonical_id_key, json_safe
 from migronaut_core.errors import MigronautError
 from migronaut_core.lock import MongoLock
 from migronaut_core.scrub import error_text
 from migronaut_core.server_errors import history_lost
-
-if TYPE_CHECKING:
-    from migronaut_core.background.drift.watch.watcher import Watcher
 
 __all__ = ["MAX_BACKOFF_SECONDS", "WATCH_BACKOFF", "Follower", "WatchState"]
 
@@ -72,14 +72,22 @@ class _Boundary:
 class Follower(threading.Thread):
     """One collection in one process: lead it when its lock is free, stand by otherwise."""
 
-    def __init__(self, watcher: Watcher, collection: str) -> None:
+    def __init__(
+        self,
+        rt: Runtime,
+        store: WatchStore,
+        settings: WatchSettings,
+        collection: str,
+        *,
+        cancel: CancelToken,
+    ) -> None:
+        """:param cancel: the watcher's token; this follower stops on it, or on its own child."""
         super().__init__(name=f"migronaut-watch-{collection}", daemon=True)
-        self.watcher = watcher
-        self.rt = watcher.rt
-        self.store = watcher.store
-        self.settings = watcher.settings
+        self.rt = rt
+        self.store = store
+        self.settings = settings
         self.collection = collection
-        self.cancel = watcher.cancel.child()
+        self.cancel = cancel.child()
         self.lock = MongoLock(
             self.rt.db[self.rt.lock_collection],
             f"watch:{collection}",

@@ -105,7 +105,9 @@ class Watcher:
                     follower.cancel.cancel("no completed migration to serve")
             started = [name for name in sorted(wanted) if name not in self._followers]
             for name in started:
-                self._followers[name] = Follower(self, name)
+                self._followers[name] = Follower(
+                    self.rt, self.store, self.settings, name, cancel=self.cancel
+                )
         for name in started:
             self._followers[name].start()
 
