@@ -1,0 +1,252 @@
+"""``migronaut background ACTION``: inspect, control, dry-run and drive background migrations.
+
+Every handler returns 0 except ``run``, which returns 0 when the migration completed
+(or, with ``--once``, is still pending or running) and :data:`NOT_COMPLETED_EXIT`
+when it stopped paused, cancelled or blocked. A name that is not registered raises
+:class:`NotAppliedError`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from migronaut_core import (
+    CancelToken,
+    ControlAction,
+    ControlResult,
+    Migronaut,
+    NotAppliedError,
+    RunAbortedError,
+    StepDryRunReport,
+)
+from migronaut_core.background.control.actions import DONE, check_control
+from migronaut_core.cli.output import emit, print_views
+from migronaut_core.cli.run_progress import RunProgress, cancel_on_interrupt
+
+#: ``background run``'s exit status when it stopped without completing
+#: (paused, cancelled or blocked): nothing failed, but the work is not done.
+NOT_COMPLETED_EXIT = 12
+
+
+def status(kit: Migronaut, args: argparse.Namespace) -> int:
+    """Print the status of one background migration, or of all."""
+    views = [_registered_view(kit, args.name)] if args.name else kit.background_status()
+    if args.json:
+        emit(views[0] if args.name else views)
+    else:
+        print_views(views)
+    return 0
+
+
+def partitions(kit: Migronaut, args: argparse.Namespace) -> int:
+    """Print the partitions of one's current pass."""
+    rows = kit.background_partitions(args.name)
+    if args.json:
+        emit(rows)
+        return 0
+    print(f"{'#':>3} {'STATUS':<10} {'MIGRATED':>9} {'SKIPPED':>8} {'FAILED':>7}  LEASE")
+    for row in rows:
+        counters, lease = row.get("counters") or {}, row.get("lease") or {}
+        print(
+            f"{row.get('index', '-'):>3} {row.get('status') or '-':<10} "
+            f"{counters.get('migrated', 0):>9} {counters.get('skipped', 0):>8} "
+            f"{row.get('failed_documents', 0):>7}  {lease.get('owner') or '-'}"
+        )
+    return 0
+
+
+def history(kit: Migronaut, args: argparse.Namespace) -> int:
+    """Print one's control history: who did what, when and why."""
+    entries = kit.background_history(args.name)
+    if args.json:
+        emit(entries)
+        return 0
+    for entry in entries:
+        moved = f"{entry.get('from') or '-'} -> {entry['to']}" if entry.get("to") else ""
+        who = f"by {entry['by']}" if entry.get("by") else ""
+        why = f"({entry['reason']})" if entry.get("reason") else ""
+        line = " ".join(part for part in (moved, who, why) if part)
+        print(f"{entry.get('at') or '-'}  {entry.get('action', '?'):<8} {line}")
+    return 0
+
+
+def runnable(kit: Migronaut, args: argparse.Namespace) -> int:
+    """Print the background migrations with work to do."""
+    rows = kit.runnable_background()
+    if args.json:
+        emit(rows)
+        return 0
+    if not rows:
+        print("nothing to run")
+    for row in rows:
+        print(f"{row['status']:<8} {row['migration']}")
+    return 0
+
+
+def audit(kit: Migronaut, args: argparse.Namespace) -> int:
+    """Print the findings that need a look; read-only."""
+    findings = kit.audit_background(stale_after_seconds=args.stale_minutes * 60)
+    if args.json:
+        emit([finding.to_dict() for finding in findings])
+        return 0
+    if not findings:
+        print("no findings")
+    for finding in findings:
+        subject = finding.migration or finding.collection or "-"
+        print(f"{finding.severity:<8} {finding.kind:<22} {subject}: {finding.message}")
+    return 0
+
+
+def verify(kit: Migronaut, args: argparse.Namespace) -> int:
+    """Probe completed ones for old-shape documents; print what drifted."""
+    result = kit.verify_background(on_drift=args.on_drift, collections=args.collection)
+    if args.json:
+        emit(result)
+        return 0
+    print(f"checked {result['checked']}, skipped {result['skipped']}")
+    for entry in result["drifted"]:
+        print(f"drifted  {entry['migration']} on {entry['collection']}: {entry['action']}")
+    return 0
+
+
+def run(kit: Migronaut, args: argparse.Namespace) -> int:
+    """Drive one from this process until it stops (one round with ``--once``)."""
+    token = CancelToken()
+    progress = RunProgress(args.name, _registered_view(kit, args.name))
+    unsubscribe = [kit.on(event, progress) for event in RunProgress.EVENTS]
+    try:
+        with progress, cancel_on_interrupt(token, args.name):
+            view = kit.run_background(
+                args.name,
+                concurrency=args.concurrency,
+                slice_ms=args.slice_ms,
+                until_done=not args.once,
+                cancel=token,
+            )
+    except KeyboardInterrupt:  # a second Ctrl-C: do not wait for the lanes
+        token.cancel("aborted")
+        raise RunAbortedError(
+            f"driving {args.name} was aborted; it resumes from its checkpoints once the "
+            "leases of its lanes expire",
+            {"migration": args.name},
+        ) from None
+    finally:
+        for stop in unsubscribe:
+            stop()
+    if args.json:
+        emit(view)
+    else:
+        print_views([view])
+    return _run_exit(view, once=args.once)
+
+
+def dry_run(kit: Migronaut, args: argparse.Namespace) -> int:
+    """Preview one on a few documents (or steps); write nothing."""
+    report = kit.dry_run_background(
+        args.name,
+        sample=args.sample,
+        first=args.first,
+        validate=args.validate,
+        steps=args.steps,
+        from_start=args.from_start,
+    )
+    data = report.to_dict()
+    if args.json:
+        emit(data)
+        return 0
+    if isinstance(report, StepDryRunReport):
+        _print_step_dry_run(data)
+        return 0
+    picked = f"first {report.size}" if report.method == "first" else f"sample of {report.size}"
+    state = report.status or "not registered"
+    print(
+        f"{report.migration} ({state}, {report.direction}) on {report.collection}: {picked}"
+        f"{', validated' if report.validate else ''}; nothing was written"
+    )
+    if report.file_changed:
+        print("  the file changed since it was registered: its functions ran with the stored spec")
+    for doc in data["documents"]:
+        if "error" in doc:
+            print(f"  {doc['id']}  FAILS ({doc['reason']}): {doc['error']}")
+            continue
+        changes = doc["changes"]
+        parts = [f"set {', '.join(changes['set'])}"] if changes["set"] else []
+        if changes["unset"]:
+            parts.append(f"unset {', '.join(changes['unset'])}")
+        print(f"  {doc['id']}  {'; '.join(parts)}")
+    totals = data["totals"]
+    matching = "?" if report.estimate is None else report.estimate
+    print(
+        f"{totals['documents']} document(s): {totals['would_change']} would change, "
+        f"{totals['unchanged']} unchanged, {totals['errors']} error(s); "
+        f"{'at least ' if report.at_least else ''}{matching} match in all"
+    )
+    return 0
+
+
+def control(kit: Migronaut, args: argparse.Namespace) -> int:
+    """Pause, resume, cancel, retry, repin or unlock one; print what changed."""
+    command, name = args.background_command, args.name
+    action = check_control("retry_from_start" if getattr(args, "from_start", False) else command)
+    before = _registered_view(kit, name).get("status")
+    result = kit.control_background(
+        name,
+        action,
+        actor=args.requested_by,
+        reason=args.reason,
+        wait=getattr(args, "wait", False),
+        repin=getattr(args, "repin", False),
+    )
+    if args.json:
+        emit({"name": name, "action": command, "previous": before, **result.to_dict()})
+    else:
+        print(_control_line(name, action, before, result))
+    return 0
+
+
+def _registered_view(kit: Migronaut, name: str) -> dict[str, Any]:
+    view: dict[str, Any] | None = kit.background_status(name)
+    if view is None:
+        raise NotAppliedError(
+            f"background migration {name} is not registered; run `migronaut up` first",
+            {"migration": name},
+        )
+    return view
+
+
+def _print_step_dry_run(data: dict[str, Any]) -> None:
+    start = "its last checkpoint" if data["from_checkpoint"] else "the start"
+    print(f"{data['migration']}: steps from {start} in an aborted transaction")
+    for step in data["steps"]:
+        if "error" in step:
+            print(f"  step {step['step']}  FAILS: {step['error']}")
+        else:
+            print(
+                f"  step {step['step']}  done={step['done']} counters={step['counters']} "
+                f"checkpoint={step['checkpoint_bytes']} bytes"
+            )
+
+
+def _run_exit(view: dict[str, Any], *, once: bool) -> int:
+    status = view.get("status")
+    if status == "completed" or (once and status in ("pending", "running")):
+        return 0
+    print(f"{view.get('name')} is {status}: not completed", file=sys.stderr)
+    return NOT_COMPLETED_EXIT
+
+
+def _control_line(name: str, action: ControlAction, before: Any, result: ControlResult) -> str:
+    if result.leases is not None:
+        lock = "cleared" if result.lock else "not held"
+        return f"{name}: unlocked (coordinator lock {lock}, {result.leases} lease(s) dropped)"
+    if result.applied == "unchanged":
+        return f"{name}: unchanged (already {result.status})"
+    moved = result.status if before == result.status else f"{before} -> {result.status}"
+    line = f"{name}: {DONE[action]} ({moved})"
+    if result.replan is not None:
+        line += "; replans its partitions" if result.replan else "; keeps its partitions"
+    if result.stopped is not None:
+        line += "; lanes stopped" if result.stopped else "; lanes still running (timed out)"
+    return line

@@ -1,0 +1,49 @@
+"""What several commands print: JSON documents, the background status table, errors.
+
+Tables and lines go to stdout, errors to stderr; with ``--json`` a command prints one
+JSON document on stdout (non-JSON values such as datetimes as their ``str``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from migronaut_core import MigronautError
+
+
+def emit(payload: Any) -> None:
+    """Print a line as it is, or anything else as one indented JSON document."""
+    if isinstance(payload, str):
+        print(payload)
+    else:
+        print(json.dumps(payload, indent=2, default=str))
+
+
+def print_error(exc: MigronautError, *, as_json: bool) -> None:
+    """Print ``Type: message`` on stderr; with ``as_json`` also ``{"error": …}`` on stdout."""
+    if as_json:
+        emit({"error": exc.to_dict()})
+    print(f"{type(exc).__name__}: {exc.message}", file=sys.stderr)
+
+
+def print_views(views: list[dict[str, Any]]) -> None:
+    """Print background status views as a table, one row each."""
+    if not views:
+        print("no background migrations")
+        return
+    width = max(len("NAME"), *(len(str(view.get("name"))) for view in views))
+    print(
+        f"{'NAME':<{width}}  {'STATUS':<9} {'PHASE':<9} {'PASS':>4} {'PROGRESS':>8} "
+        f"{'MIGRATED':>9} {'FAILED':>7}  LAST ERROR"
+    )
+    for view in views:
+        percent = (view.get("progress") or {}).get("percent")
+        print(
+            f"{view.get('name'):<{width}}  {view.get('status') or '-':<9} "
+            f"{view.get('phase') or '-':<9} {view.get('pass', 0):>4} "
+            f"{'-' if percent is None else f'{percent:.1f}%':>8} "
+            f"{(view.get('totals') or {}).get('migrated', 0):>9} "
+            f"{view.get('failed_documents', 0):>7}  {view.get('last_error') or ''}"
+        )

@@ -1,0 +1,152 @@
+"""The ``migronaut`` argument parser: every command, its arguments and its handler.
+
+Each command sets ``handler`` on the parsed namespace to a :data:`Handler`, which
+:func:`~migronaut_core.cli.entry_point.main` calls with the open kit.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from migronaut_core import CONTROL_ACTIONS, Migronaut
+from migronaut_core.background.control.actions import RETRYING, STOPPING, SUMMARIES
+from migronaut_core.cli import background_commands as background
+from migronaut_core.cli import runner_commands as runner
+
+#: A command: runs on the open kit with the parsed arguments, returns the exit status.
+Handler = Callable[[Migronaut, argparse.Namespace], int]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``migronaut [OPTIONS] COMMAND …``."""
+    parser = argparse.ArgumentParser(
+        prog="migronaut", description="Online, resumable MongoDB schema migrations."
+    )
+    parser.add_argument("--uri", help="MongoDB URI (default: config / MIGRONAUT_MONGODB_URI)")
+    parser.add_argument("--database", help="database name (default: config / the URI's)")
+    parser.add_argument("--migrations-dir", help="directory of migration files")
+    parser.add_argument("--config", help="a migronaut.toml to read instead of the cwd's")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_runner_commands(commands)
+    background_parser = commands.add_parser(
+        "background", help="inspect, control and run background migrations"
+    )
+    _add_background_commands(
+        background_parser.add_subparsers(dest="background_command", required=True, metavar="ACTION")
+    )
+    return parser
+
+
+def _add_runner_commands(commands: Any) -> None:
+    """Add ``up``, ``down``, ``status``, ``converge`` and ``create``."""
+    up = commands.add_parser("up", help="apply pending migrations")
+    target = up.add_mutually_exclusive_group()
+    target.add_argument("--to", metavar="NAME", help="apply pending ones up to NAME included")
+    target.add_argument("--only", metavar="NAME", help="apply just NAME")
+    up.add_argument("--allow-checksum-mismatch", action="store_true")
+    up.add_argument(
+        "--stop-on-background-pending",
+        action="store_true",
+        help="end cleanly (exit 0) before a migration that waits for a background one",
+    )
+    _add_run_options(up, runner.up)
+
+    down = commands.add_parser("down", help="revert the last migration, or all after --to")
+    down.add_argument("--to", metavar="NAME", help="revert every migration applied after NAME")
+    _add_run_options(down, runner.down)
+
+    status = commands.add_parser("status", help="list migrations and whether they are applied")
+    status.add_argument("--json", action="store_true", help="print JSON")
+    status.set_defaults(handler=runner.status)
+
+    converge = commands.add_parser(
+        "converge", help="create the version index of every declared collection"
+    )
+    converge.add_argument("--json", action="store_true", help="print JSON")
+    converge.set_defaults(handler=runner.converge)
+
+    create = commands.add_parser("create", help="create a migration file from a template")
+    create.add_argument("title", help='e.g. "split user names"')
+    create.add_argument("--background", action="store_true", help="a background migration")
+    create.add_argument("--json", action="store_true", help="print JSON")
+    create.set_defaults(handler=runner.create)
+
+
+def _add_run_options(command: argparse.ArgumentParser, handler: Handler) -> None:
+    command.add_argument("--requested-by", help="who asks for this run (default: OS user)")
+    command.add_argument("--reason", help="why; recorded in the changelog")
+    command.add_argument(
+        "--wait", type=float, default=0, metavar="SECONDS", help="wait for another run's lock"
+    )
+    command.add_argument("--json", action="store_true", help="print JSON")
+    command.set_defaults(handler=handler)
+
+
+def _add_background_commands(actions: Any) -> None:
+    """Add ``migronaut background ACTION``."""
+
+    def action(
+        name: str, handler: Handler, help_text: str, *, named: bool = True
+    ) -> argparse.ArgumentParser:
+        command: argparse.ArgumentParser = actions.add_parser(name, help=help_text)
+        if named:
+            command.add_argument("name", metavar="NAME", help="the background migration")
+        command.add_argument("--json", action="store_true", help="print JSON")
+        command.set_defaults(handler=handler)
+        return command
+
+    status = action(
+        "status", background.status, "status of one background migration or all", named=False
+    )
+    status.add_argument("name", metavar="NAME", nargs="?", help="one background migration")
+    action("partitions", background.partitions, "partitions of the current pass")
+    action("history", background.history, "control history: who did what, when and why")
+    action("runnable", background.runnable, "background migrations with work to do", named=False)
+    audit = action("audit", background.audit, "findings that need a look (read-only)", named=False)
+    audit.add_argument(
+        "--stale-minutes",
+        type=float,
+        default=15.0,
+        metavar="M",
+        help="a running one without progress this long is stalled (default 15)",
+    )
+
+    verify = action(
+        "verify", background.verify, "probe completed ones for old-shape documents", named=False
+    )
+    verify.add_argument(
+        "--on-drift", choices=("reopen", "report"), help="default: background_on_drift"
+    )
+    verify.add_argument("--collection", action="append", help="only these collections")
+
+    run = action("run", background.run, "drive one from this process until it stops")
+    run.add_argument("--concurrency", type=int, default=1, metavar="N", help="lanes (default 1)")
+    run.add_argument("--slice-ms", type=int, metavar="MS", help="time per lane slice")
+    run.add_argument("--once", action="store_true", help="one coordinator round, then stop")
+
+    dry_run = action("dry-run", background.dry_run, "preview one on a few documents; write nothing")
+    picked = dry_run.add_mutually_exclusive_group()
+    picked.add_argument("--sample", type=int, metavar="N", help="N random documents (default 20)")
+    picked.add_argument("--first", type=int, metavar="N", help="the first N documents by _id")
+    dry_run.add_argument(
+        "--validate",
+        action="store_true",
+        help="also run the write path in a transaction that is always aborted",
+    )
+    picked.add_argument("--steps", type=int, metavar="N", help="(step mode) run N steps")
+    dry_run.add_argument("--from-start", action="store_true", help="(step mode) from no checkpoint")
+
+    for name in CONTROL_ACTIONS:
+        if name == "retry_from_start":
+            continue  # ``retry --from-start``
+        control = action(name, background.control, SUMMARIES[name])
+        control.add_argument("--reason", help="why; recorded in its history")
+        control.add_argument("--requested-by", help="who asks (default: OS user)")
+        if name in STOPPING:
+            control.add_argument("--wait", action="store_true", help="until lanes have stopped")
+        if name in RETRYING:
+            control.add_argument("--from-start", action="store_true", help="drop all progress")
+            control.add_argument("--repin", action="store_true", help="repin the file first")

@@ -1,0 +1,110 @@
+"""The runner's commands: ``up``, ``down``, ``status``, ``converge`` and ``create``.
+
+Each handler calls one method of the kit and prints its result as text, or as one
+JSON document with ``--json``; each returns 0 (failures raise :class:`MigronautError`).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from migronaut_core import ConvergeReport, Migronaut, RunResult, StatusRow
+from migronaut_core.cli.output import emit
+
+
+def up(kit: Migronaut, args: argparse.Namespace) -> int:
+    """Apply pending migrations (all, up to ``--to``, or ``--only`` one)."""
+    result = kit.up(
+        to=args.to,
+        only=args.only,
+        requested_by=args.requested_by,
+        reason=args.reason,
+        wait_for_lock_seconds=args.wait,
+        allow_checksum_mismatch=args.allow_checksum_mismatch,
+        on_background_pending="stop" if args.stop_on_background_pending else "error",
+    )
+    _print_run(result, as_json=args.json)
+    return 0
+
+
+def down(kit: Migronaut, args: argparse.Namespace) -> int:
+    """Revert the last migration, or every one applied after ``--to``."""
+    result = kit.down(
+        to=args.to,
+        requested_by=args.requested_by,
+        reason=args.reason,
+        wait_for_lock_seconds=args.wait,
+    )
+    _print_run(result, as_json=args.json)
+    return 0
+
+
+def status(kit: Migronaut, args: argparse.Namespace) -> int:
+    """List migrations and whether they are applied."""
+    _print_status(kit.status(), as_json=args.json)
+    return 0
+
+
+def converge(kit: Migronaut, args: argparse.Namespace) -> int:
+    """Create the version index of every declared collection."""
+    _print_converge(kit.converge(), as_json=args.json)
+    return 0
+
+
+def create(kit: Migronaut, args: argparse.Namespace) -> int:
+    """Create a migration file from a template."""
+    path = kit.create(args.title, background=args.background)
+    emit({"path": str(path), "name": path.stem} if args.json else f"created {path}")
+    return 0
+
+
+def _print_run(result: RunResult, *, as_json: bool) -> None:
+    if as_json:
+        emit(result.to_dict())
+        return
+    if not result.migrations and result.stopped_at is None:
+        print("nothing to do")
+    for item in result.migrations:
+        print(f"{item.status:<10} {item.name}  ({item.duration_ms} ms)")
+    if result.stopped_at is not None:
+        print(f"stopped    {result.stopped_at} waits for background migrations")
+
+
+def _print_converge(report: ConvergeReport, *, as_json: bool) -> None:
+    if as_json:
+        emit(report.to_dict())
+        return
+    if not report.collections:
+        print("no declared collections")
+        return
+    for item in report.collections:
+        if item.action == "skipped":
+            print(f"skipped  {item.collection}  (no versioning declared)")
+            continue
+        pattern = ", ".join(f"{name}: {kind}" for name, kind in (item.index or {}).items())
+        shard = "  [shard key]" if item.sharding == "shard" and item.note is None else ""
+        print(f"{item.action:<8} {item.collection}  {item.name}  {{{pattern}}}{shard}")
+        if item.note:
+            print(f"         {item.note}")
+    print(f"{len(report.created)} index(es) created")
+
+
+def _print_status(rows: list[StatusRow], *, as_json: bool) -> None:
+    if as_json:
+        emit([row.to_dict() for row in rows])
+        return
+    if not rows:
+        print("no migrations")
+        return
+    for row in rows:
+        flags = []
+        if row.checksum_ok is False:
+            flags.append("CHANGED since applied")
+        if row.file_missing:
+            flags.append("file missing")
+        if row.last_error:
+            flags.append(f"last attempt failed: {row.last_error.get('code')}")
+        when = row.applied_at or "-"
+        kind = row.kind or "?"
+        extra = f"  [{'; '.join(flags)}]" if flags else ""
+        print(f"{row.status:<8} {row.name}  {kind:<10} {when}{extra}")
