@@ -79,6 +79,40 @@ def test_side_writes_commit_exactly_once_per_migrated_document(
     assert view["totals"].get("txn_retries", 0) >= 1
 
 
+def test_a_transient_error_in_a_side_write_retries_the_whole_transaction(
+    mongo_uri: str,
+    mongo_client: MongoClient[dict[str, Any]],
+    db: Database[dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    count = 600
+    db.users.insert_many(
+        [{"_id": i, "name": f"First{i} Last{i}", "_v": 1, "rev": 0, "n": i} for i in range(count)]
+    )
+    db.create_collection("audit")
+    migrations = tmp_path / "migrations"
+    write_background(migrations, body=AUDITED.format(batch_size=50))
+    side_write_conflict = {
+        "failCommands": ["insert"],
+        "errorCode": 112,
+        "errorLabels": ["TransientTransactionError"],
+        "appName": "migronaut",
+        "namespace": f"{db.name}.audit",
+    }
+    with make_kit(mongo_uri, db, migrations) as kit:
+        kit.up()
+        with fail_point(mongo_client, side_write_conflict, {"times": 3}):
+            view = kit.run_background(SPLIT_NAME, concurrency=1)
+    assert view["status"] == "completed"
+    assert db.users.count_documents({"_v": 2}) == count
+    assert view["totals"]["migrated"] == count
+    assert view["totals"].get("failed", 0) == 0
+    assert view["totals"]["txn_retries"] >= 3
+    audits = list(db.audit.aggregate([{"$group": {"_id": "$user", "n": {"$sum": 1}}}]))
+    assert len(audits) == count
+    assert {row["n"] for row in audits} == {1}
+
+
 def test_time_errors_halve_the_batch_and_clean_batches_grow_it_back(
     mongo_uri: str,
     mongo_client: MongoClient[dict[str, Any]],

@@ -45,7 +45,7 @@ from migronaut_core.errors import (
     MigronautError,
 )
 from migronaut_core.scrub import error_text, write_error_text
-from migronaut_core.server_errors import document_write_errors
+from migronaut_core.server_errors import document_write_errors, is_transient_transaction
 from migronaut_core.versioning import (
     exact_value,
     guarded_pipeline,
@@ -114,7 +114,9 @@ def transform_all(
     """Transform copies of ``docs``: ``(doc, new_doc, None)`` or ``(doc, None, error)``.
 
     A batch transform that raises, or returns the wrong number of results, fails
-    the slice: it cannot say which document was at fault.
+    the slice: it cannot say which document was at fault. A transient transaction
+    error (a side write through ``ctx.session`` that hit a write conflict) is the
+    batch's, not the document's: it is raised, and the whole transaction retried.
     """
     many = job.transform_many
     if many is not None:
@@ -127,6 +129,8 @@ def transform_all(
         try:
             results.append(_one_result(doc, one(clone_document(doc), ctx)))
         except Exception as exc:
+            if is_transient_transaction(exc):
+                raise
             results.append((doc, None, DocError(doc["_id"], error_text(exc), "transform")))
     return results
 

@@ -11,8 +11,9 @@ Trouble is handled batch by batch:
 - a document that fails (its transform, the validator, a duplicate key) aborts the
   batch, which is retried without it (it becomes a document error);
 - a document a concurrent write moved aborts the batch too, and is read again;
-- transient transaction errors back off (full jitter, 50 ms·2ⁿ up to 2 s) up to
-  ``max_retries``, halving the batch after half of them;
+- transient transaction errors, a transform's side write's too, back off (full
+  jitter, 50 ms·2ⁿ up to 2 s) up to ``max_retries``, halving the batch after half
+  of them;
 - a batch that ran out of time or room is halved at once;
 - alone in a batch, a conflicting document is passed over (the next pass takes it)
   and one too big or too slow becomes a document error;
