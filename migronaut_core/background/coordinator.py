@@ -35,7 +35,7 @@ from migronaut_core.background.lifecycle import fail_state, try_unblock
 from migronaut_core.background.planning.partition import Plan
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.spec import exclude_bad_ids, match_hash, match_of
-from migronaut_core.background.store import MAX_BAD_IDS, MAX_DOC_ERRORS, STATE_SCHEMA
+from migronaut_core.background.store import MAX_BAD_IDS, MAX_DOC_ERRORS, newer_schema
 from migronaut_core.bson_values import canonical_id_key
 from migronaut_core.errors import (
     ChecksumMismatchError,
@@ -130,7 +130,7 @@ def _step(rt: Runtime, name: str, driver: Driver, cancel: CancelToken) -> Answer
     state = rt.store.get(name)
     if state is None:
         return Answer("done", status="unregistered")
-    if int(state.get("schema", 1)) > STATE_SCHEMA:
+    if newer_schema(state):
         rt.warn_once(
             f"schema:{name}",
             "%s was registered by a newer release; waiting for a process of that release",

@@ -87,6 +87,19 @@ def test_a_state_of_a_newer_release_is_left_alone(
     assert db.users.count_documents({"_v": 2}) == 0
 
 
+def test_a_lane_leaves_a_plan_of_a_newer_release_alone(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    seed_users(db, 10)
+    write_background(migrations)
+    kit.up()
+    assert kit.coordinate_background(SPLIT_NAME).next == "process"
+    db.migronaut_background.update_one({"_id": SPLIT_NAME}, {"$set": {"schema": 99}})
+    assert kit.run_background_slice(SPLIT_NAME).outcome == "stale"
+    assert db.users.count_documents({"_v": 2}) == 0
+    assert db.migronaut_background_partitions.count_documents({"lease": {"$exists": True}}) == 0
+
+
 def test_rounds_supersede_older_drivers(
     kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
 ) -> None:

@@ -5,7 +5,8 @@ A slice answers with an outcome:
 - ``yielded`` — time is up and work is left (run another slice soon);
 - ``exhausted`` — nothing left to claim in this plan;
 - ``busy`` — work is left but every slot is held (``retry_after_ms``);
-- ``stale`` — no current plan: the coordinator must run first;
+- ``stale`` — no current plan (the coordinator must run first), or a newer release
+  wrote the state (a process of that release drives it);
 - ``paused`` / ``cancelled`` / ``failed`` — the migration's status says stop;
 - ``stopped`` — the caller's cancel token fired;
 - ``lost`` — the lease was reaped or unlocked under us; nothing more was written.
@@ -32,7 +33,7 @@ from migronaut_core.background.engine.worker import process_partition
 from migronaut_core.background.job import Job, assert_transactions, job_for, plan_is_stale
 from migronaut_core.background.lifecycle import fail_state
 from migronaut_core.background.runtime import Runtime
-from migronaut_core.background.store import Lease
+from migronaut_core.background.store import Lease, newer_schema
 from migronaut_core.background.throttle import Throttle
 from migronaut_core.errors import BatchFailed, LockLostError, MigronautError
 from migronaut_core.scrub import error_text
@@ -111,6 +112,9 @@ def run_slice(
         return SliceResult(status)
     if status != "running" or state.get("phase") != "process" or state.get("plan") is None:
         return SliceResult("exhausted" if status == "completed" else "stale")
+    # A newer release's plan may hold scopes this one cannot read: the coordinator waits, so do we.
+    if newer_schema(state):
+        return SliceResult("stale")
     job = job_for(rt, name, state, token)
     # A plan made before a reshard (or by another partitioner): the coordinator re-splits first.
     if plan_is_stale(job, state["plan"]):

@@ -29,6 +29,7 @@ from migronaut_core.background.store.states import (
     MAX_HISTORY,
     STATE_SCHEMA,
     Document,
+    newer_schema,
 )
 from migronaut_core.background.store.watch import (
     STREAMING_FRESH_SECONDS,
@@ -61,6 +62,7 @@ __all__ = [
     "PartitionCounts",
     "WatchStore",
     "live_leases_filter",
+    "newer_schema",
     "open_partitions_filter",
     "watch_view",
 ]

@@ -36,6 +36,12 @@ Document = dict[str, Any]
 LANES_STATE_PROJECTION: Mapping[str, int] = {"status": 1, "generation": 1, "plan.token": 1}
 
 
+def newer_schema(state: Mapping[str, Any]) -> bool:
+    """Whether a newer release wrote ``state``: its plan may hold what this one cannot
+    read, so coordinators and lanes leave it to a process of that release."""
+    return int(state.get("schema", 1)) > STATE_SCHEMA
+
+
 def utc_now() -> Any:
     """The current time in UTC."""
     return pendulum.now("UTC")
