@@ -212,8 +212,35 @@ def test_transform_errors_over_the_budget_fail_the_migration(
         with pytest.raises(BackgroundFailedError) as raised:
             kit.run_background(SPLIT_NAME, concurrency=2)
         assert "max_document_errors (2)" in raised.value.message
+        assert "last: transform: KeyError" in raised.value.message
         assert "First" not in raised.value.message
         assert kit.background_status(SPLIT_NAME)["status"] == "failed"
+
+
+def test_the_error_budget_names_the_last_write_error_by_its_code_not_its_value(
+    mongo_uri: str, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    db.users.create_index("email", unique=True, sparse=True)
+    db.users.insert_many([{"_id": i, "_v": 1, "n": i} for i in range(20)])
+    write_background(
+        migrations,
+        body="""
+        background = {"collection": "users", "from": 1, "to": 2}
+
+        def migrate(doc, ctx):
+            doc["email"] = "same@example.com" if doc["n"] in (3, 4) else f"u{doc['n']}@example.com"
+            return doc
+        """,
+    )
+    with make_kit(mongo_uri, db, migrations) as kit:
+        kit.up()
+        with pytest.raises(BackgroundFailedError) as raised:
+            kit.run_background(SPLIT_NAME)
+        state = db.migronaut_background.find_one({"_id": SPLIT_NAME})
+    last = "last: write: duplicate key on index email_1 (code 11000)"
+    assert last in raised.value.message
+    assert state is not None and last in state["last_error"]
+    assert "same@example.com" not in raised.value.message + state["last_error"]
 
 
 def test_mixed_id_types_are_all_migrated(

@@ -594,16 +594,28 @@ def settle_dead_lane_batch(job: Job, ctx: PartitionContext, read: Sequence[Docum
     job.log.info("%s: settled a batch left by a dead lane (%d rewritten)", job.name, rewritten)
 
 
-def over_error_budget(job: Job, store: BackgroundStore) -> BackgroundFailedError | None:
+def over_error_budget(
+    job: Job, store: BackgroundStore, errors: Sequence[DocError]
+) -> BackgroundFailedError | None:
+    """The failure when this generation's failed documents exceed ``max_document_errors``.
+
+    The message and context name the last of ``errors`` (a batch's) by its kind and
+    its value-free text (an exception's type, a write error's code), never by a value.
+    """
     total = store.count_bad_ids(job.name, job.generation)
     if total <= job.spec.max_document_errors:
         return None
+    context: dict[str, Any] = {
+        "migration": job.name,
+        "failed_documents": total,
+        "max_document_errors": job.spec.max_document_errors,
+    }
+    last = ""
+    if errors:
+        context["last_error"] = {"reason": errors[-1].reason, "error": errors[-1].error}
+        last = f"; last: {errors[-1].reason}: {errors[-1].error}"
     return BackgroundFailedError(
         f"background migration {job.name} failed: {total} document(s) could not be migrated, "
-        f"more than max_document_errors ({job.spec.max_document_errors})",
-        {
-            "migration": job.name,
-            "failed_documents": total,
-            "max_document_errors": job.spec.max_document_errors,
-        },
+        f"more than max_document_errors ({job.spec.max_document_errors}){last}",
+        context,
     )

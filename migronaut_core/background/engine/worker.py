@@ -77,7 +77,7 @@ def process_partition(job: Job, ctx: PartitionContext, store: BackgroundStore) -
             latency_ms = int((time.monotonic() - started) * 1000)
             ctx.on_batch({"counters": batch_counters, "latency_ms": latency_ms})
         if result is not None and result.errors:
-            failure = over_error_budget(job, store)
+            failure = over_error_budget(job, store, result.errors)
             if failure is not None:
                 return PartitionResult("failed", counters, failure)
         if next_cursor is None:
