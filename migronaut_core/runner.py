@@ -157,6 +157,14 @@ class BackgroundHooks(Protocol):
     def after_applied(self, migration: LoadedMigration, ctx: MigrationContext) -> None:
         """Called after a background migration's registration was recorded."""
 
+    def recorded(
+        self, migration: LoadedMigration, direction: Direction, details: dict[str, Any]
+    ) -> None:
+        """A background migration's ``up`` or ``down`` (``details``) is recorded: announce it."""
+
+    def stopped_for(self, migration: LoadedMigration, waiting: list[dict[str, Any]]) -> None:
+        """The run stops cleanly before ``migration``, which waits for ``waiting``."""
+
 
 @dataclass(frozen=True, slots=True)
 class RunOptions:
@@ -396,6 +404,7 @@ class MigrationRunner:
             return False
         if run.options.on_background_pending == "stop":
             log.info("run %s: %s waits for %d", run.run_id, migration.name, len(waiting))
+            self.background.stopped_for(migration, waiting)
             return True
         listed = ", ".join(f"{entry['migration']} ({entry['status']})" for entry in waiting)
         raise BackgroundPendingError(
@@ -436,6 +445,8 @@ class MigrationRunner:
         duration = _elapsed_ms(started)
         status = _result_status(direction, migration)
         log.info("run %s: %s %s in %d ms", run.run_id, status, migration.name, duration)
+        if migration.kind == "background":
+            self.background.recorded(migration, direction, details)
         if direction == "up" and migration.kind == "background":
             self.background.after_applied(migration, self._context(migration, "up", run, None))
         return MigrationResult(migration.name, migration.kind, status, duration, details)

@@ -1,12 +1,15 @@
 """Events the engine emits, for listeners (progress bars, metrics, the Airflow UI).
 
-Names follow the seeds: ``background:registered``, ``background:partitioned``,
-``background:batch``, ``background:slice:start``, ``background:slice:end``,
-``background:pass``, ``background:completed``, ``background:failed``,
-``background:control``, ``background:lease:lost``, ``background:unblocked``,
-``background:throttle``. Payloads carry names, counts and ids of runs and
-partitions — never document values or ``_id``s. A listener that raises is
-logged and otherwise ignored: observers never break a migration.
+Names follow the seeds (:data:`EVENTS`; docs/background.md lists each payload):
+``background:registered`` (``up``, and ``down``: a revert or a withdrawal, with
+``waits_for``), ``background:waiting`` (a run stopped before a migration that
+waits), ``background:partitioned``, ``background:batch`` (with ``batch_size``),
+``background:slice:start``, ``background:slice:end``, ``background:pass``,
+``background:completed``, ``background:failed``, ``background:control``,
+``background:lease:lost``, ``background:unblocked``, ``background:throttle``,
+``background:watch``, ``background:drift``. Payloads carry names, counts and ids
+of runs and partitions — never document values or ``_id``s. A listener that
+raises is logged and otherwise ignored: observers never break a migration.
 """
 
 from __future__ import annotations

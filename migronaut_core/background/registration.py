@@ -96,10 +96,6 @@ class RunnerHooks:
             _registration(loaded, status=status, direction="forward", waits_for=waits),
             by=None,
         )
-        self.runtime.emit(
-            "background:registered",
-            {"migration": migration.name, "status": status, "direction": "forward"},
-        )
         return {"status": status, "direction": "forward", "waits_for": waits}
 
     def revert(self, migration: LoadedMigration, ctx: MigrationContext) -> dict[str, Any]:
@@ -113,12 +109,26 @@ class RunnerHooks:
                 _registration(loaded, status="pending", direction="revert", waits_for=[]),
                 action="revert",
             )
-            return {"status": "pending", "direction": "revert"}
+            return {"status": "pending", "direction": "revert", "waits_for": []}
         state = store.get(migration.name)
         if state is not None and self._has_rewritten(state):
             raise _irreversible(migration.name)
         store.delete(migration.name)
-        return {"status": "withdrawn"}
+        return {"status": "withdrawn", "waits_for": []}
+
+    def recorded(
+        self, migration: LoadedMigration, direction: Direction, details: dict[str, Any]
+    ) -> None:
+        """``background:registered``, once the changelog holds the ``up`` or ``down``:
+        a registration, a registered revert or a withdrawal, with ``waits_for``."""
+        self.runtime.emit("background:registered", {"migration": migration.name, **details})
+
+    def stopped_for(self, migration: LoadedMigration, waiting: list[dict[str, Any]]) -> None:
+        """``background:waiting``: the run stopped before ``migration`` (``{migration, status}``
+        of each requirement not completed)."""
+        self.runtime.emit(
+            "background:waiting", {"migration": migration.name, "waits_for": list(waiting)}
+        )
 
     def waiting_for(self, requires: Sequence[str]) -> list[dict[str, Any]]:
         """The requirements that have not completed (driven to the end first in inline mode)."""

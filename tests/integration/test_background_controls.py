@@ -233,6 +233,57 @@ def test_requires_blocks_until_done_and_guards_regular_migrations(
     assert db.legacy.count_documents({}) == 1
 
 
+def test_up_and_down_announce_registrations_and_waits_as_the_seeds_do(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    seed_users(db, 50)
+    a = SPLIT_NAME
+    b = "20240102000000_users_v3"
+    c = "20240103000000_drop_legacy"
+    write_background(migrations, a)
+    write_background(
+        migrations,
+        b,
+        body=f"""
+        requires = ["{a}"]
+        background = {{"collection": "users", "from": 2, "to": 3}}
+
+        def migrate(doc, ctx):
+            return doc
+        """,
+    )
+    write_migration(migrations, c, f'requires = ["{b}"]\n\ndef up(ctx):\n    pass\n')
+    heard: list[tuple[str, dict[str, Any]]] = []
+    for event in ("background:registered", "background:waiting"):
+        kit.on(event, lambda name, payload: heard.append((name, payload)))
+
+    assert kit.up(on_background_pending="stop").stopped_at == c
+    assert heard == [
+        (
+            "background:registered",
+            {"migration": a, "status": "pending", "direction": "forward", "waits_for": []},
+        ),
+        (
+            "background:registered",
+            {"migration": b, "status": "blocked", "direction": "forward", "waits_for": [a]},
+        ),
+        (
+            "background:waiting",
+            {"migration": c, "waits_for": [{"migration": b, "status": "blocked"}]},
+        ),
+    ]
+    heard.clear()
+    kit.down()  # b has no revert and rewrote nothing: withdrawn
+    kit.down()  # a has one: the way back is registered
+    assert heard == [
+        ("background:registered", {"migration": b, "status": "withdrawn", "waits_for": []}),
+        (
+            "background:registered",
+            {"migration": a, "status": "pending", "direction": "revert", "waits_for": []},
+        ),
+    ]
+
+
 def test_inline_mode_drives_background_migrations_inside_up(
     mongo_uri: str, db: Database[dict[str, Any]], migrations: Path
 ) -> None:

@@ -158,6 +158,20 @@ def test_old_shape_documents_written_during_the_run_are_taken_by_a_later_pass(
     assert_all_split(db, 3_500)
 
 
+def test_each_batch_event_carries_the_batch_size_it_read_with(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    seed_users(db, 1_050)
+    write_background(migrations, batch_size=100, max_parallel=1)
+    kit.up()
+    batches: list[dict[str, Any]] = []
+    kit.on("background:batch", lambda event, payload: batches.append(payload))
+    assert kit.run_background(SPLIT_NAME, concurrency=1)["status"] == "completed"
+    assert {batch["batch_size"] for batch in batches} == {100}
+    assert all(batch["counters"]["scanned"] <= 100 for batch in batches)
+    assert sum(batch["counters"]["scanned"] for batch in batches) == 1_050
+
+
 def test_transform_errors_within_the_budget_are_reported_without_values(
     mongo_uri: str, db: Database[dict[str, Any]], migrations: Path
 ) -> None:

@@ -132,11 +132,15 @@ def test_time_errors_halve_the_batch_and_clean_batches_grow_it_back(
         """,
     )
     sizes: list[int] = []
+    requested: set[int] = set()
+
+    def heard(event: str, payload: dict[str, Any]) -> None:
+        sizes.append(payload["counters"]["scanned"])
+        requested.add(payload["batch_size"])
+
     with make_kit(mongo_uri, db, migrations) as kit:
         kit.up()
-        kit.on(
-            "background:batch", lambda event, payload: sizes.append(payload["counters"]["scanned"])
-        )
+        kit.on("background:batch", heard)
         too_slow = {
             "failCommands": ["find"],
             "errorCode": 50,
@@ -150,6 +154,7 @@ def test_time_errors_halve_the_batch_and_clean_batches_grow_it_back(
     assert sizes[0] == 16  # 64 halved twice at once
     assert 24 in sizes  # grown back x1.5 after five clean batches
     assert max(sizes) == 64
+    assert requested == {64}  # the lane's batch size; a transaction halves within it
 
 
 def test_a_step_migration_resumes_from_its_checkpoint_after_kill_9(

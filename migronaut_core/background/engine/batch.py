@@ -464,6 +464,7 @@ class PartitionContext:
     throttle: Throttle
     read_control: Callable[[], Document | None]
     lease_lost: Callable[[], bool]
+    #: Hears each written batch: ``{counters, latency_ms, batch_size}``.
     on_batch: Callable[[dict[str, Any]], None] | None = None
     on_throttle: Callable[[ThrottleChange], None] | None = None
 

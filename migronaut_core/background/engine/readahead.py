@@ -119,7 +119,13 @@ def work_reading_ahead(
             )
             if ctx.on_batch is not None:
                 latency_ms = int((time.monotonic() - started) * 1000)
-                ctx.on_batch({"counters": batch_counters, "latency_ms": latency_ms})
+                ctx.on_batch(
+                    {
+                        "counters": batch_counters,
+                        "latency_ms": latency_ms,
+                        "batch_size": batch.limit,
+                    }
+                )
             failure = over_error_budget(job, store, result.errors) if result.errors else None
             if failure is not None:
                 if go_on:

@@ -65,9 +65,12 @@ def process_partition(job: Job, ctx: PartitionContext, store: BackgroundStore) -
             return PartitionResult(stop, counters)
         if ctx.throttle.before_batch(job.cancel):
             return PartitionResult("stopped", counters)
+        batch_size = ctx.throttle.next_batch_size()
         started = time.monotonic()
         try:
-            result, next_cursor, batch_counters = _one_batch(job, ctx, cursor, sizing, settle)
+            result, next_cursor, batch_counters = _one_batch(
+                job, ctx, cursor, batch_size, sizing, settle
+            )
         except BatchStoppedError:
             return PartitionResult("stopped", counters)
         settle = False
@@ -75,7 +78,9 @@ def process_partition(job: Job, ctx: PartitionContext, store: BackgroundStore) -
         batches += 1
         if ctx.on_batch is not None:
             latency_ms = int((time.monotonic() - started) * 1000)
-            ctx.on_batch({"counters": batch_counters, "latency_ms": latency_ms})
+            ctx.on_batch(
+                {"counters": batch_counters, "latency_ms": latency_ms, "batch_size": batch_size}
+            )
         if result is not None and result.errors:
             failure = over_error_budget(job, store, result.errors)
             if failure is not None:
@@ -93,13 +98,13 @@ def _one_batch(
     job: Job,
     ctx: PartitionContext,
     cursor: dict[str, Any],
+    batch_size: int,
     sizing: TransactionSizing,
     settle: bool,
 ) -> tuple[BatchResult | None, dict[str, Any] | None, dict[str, int]]:
     if job.spec.mode == "step":
         next_cursor, counters = run_step(job, ctx, cursor)
         return None, next_cursor, counters
-    batch_size = ctx.throttle.next_batch_size()
     if job.spec.transaction is not None:
         return transactional_batch(job, ctx, cursor, batch_size, sizing)
     return plain_batch(job, ctx, cursor, batch_size, settle=settle)
