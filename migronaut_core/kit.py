@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pymongo import MongoClient
 from pymongo.database import Database
@@ -46,6 +46,7 @@ from migronaut_core.background.registration import RunnerHooks, runnable, unbloc
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.spec import check_slice_ms
 from migronaut_core.background.store import BackgroundStore, WatchStore, watch_view
+from migronaut_core.background.telemetry import Telemetry
 from migronaut_core.background.views import (
     BackgroundStatusView,
     history_view,
@@ -67,6 +68,10 @@ from migronaut_core.runner import (
 )
 from migronaut_core.scrub import redact_uri
 
+if TYPE_CHECKING:
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
+
 
 class Migronaut:
     """Runs migrations against one MongoDB database.
@@ -74,6 +79,8 @@ class Migronaut:
     :param config: settings; by default read from files and environment
         (:func:`~migronaut_core.config.load_config`) with ``overrides`` on top.
     :param client: an existing client to borrow instead of connecting.
+    :param tracer_provider: where background spans go (OpenTelemetry's global by default).
+    :param meter_provider: where background metrics go (OpenTelemetry's global by default).
     :param overrides: config keys, e.g. ``uri=…, database=…``.
     """
 
@@ -82,6 +89,8 @@ class Migronaut:
         config: Config | None = None,
         *,
         client: MongoClient[dict[str, Any]] | None = None,
+        tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
         **overrides: Any,
     ) -> None:
         if config is not None and overrides:
@@ -92,6 +101,7 @@ class Migronaut:
         self._client = client
         self._owns_client = client is None
         self.events = Events()
+        self._telemetry = Telemetry(tracer_provider, meter_provider)
         self._runner: MigrationRunner | None = None
         self._runtime: Runtime | None = None
         self._files = BackgroundFiles(self.config, warn_once=self._warn_once)
@@ -182,6 +192,7 @@ class Migronaut:
             ttl_seconds=self.config.lock_ttl_seconds,
             on_completed=on_completed,
             shard_aware=self.config.background_shard_aware,
+            telemetry=self._telemetry,
         )
         return runtime
 

@@ -36,6 +36,14 @@ from migronaut_core.background.planning.partition import Plan
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.spec import exclude_bad_ids, match_hash, match_of
 from migronaut_core.background.store import MAX_BAD_IDS, MAX_DOC_ERRORS, newer_schema
+from migronaut_core.background.telemetry import (
+    ATTR_DRIVER,
+    ATTR_LANES,
+    ATTR_OUTCOME,
+    ATTR_REASON,
+    ATTR_STATUS,
+    SPAN_COORDINATE,
+)
 from migronaut_core.bson_values import canonical_id_key
 from migronaut_core.errors import (
     ChecksumMismatchError,
@@ -122,8 +130,15 @@ def coordinate(
         lock.acquire()
     except LockAlreadyHeldError:
         return Answer("busy", retry_after_ms=max(1, rt.ttl_ms // 2))
-    with lock:
-        return _step(rt, name, driver or Driver(), cancel or CancelToken())
+    driver = driver or Driver()
+    # The span opens once the lock is held: a busy coordinator makes none.
+    with lock, rt.telemetry.span(SPAN_COORDINATE, name, {ATTR_DRIVER: driver.kind}) as span:
+        answer = _step(rt, name, driver, cancel or CancelToken())
+        span.set(ATTR_OUTCOME, answer.next)
+        span.set(ATTR_STATUS, answer.status)
+        span.set(ATTR_REASON, answer.reason)
+        span.set(ATTR_LANES, answer.lanes if answer.next == "process" else None)
+        return answer
 
 
 def _step(rt: Runtime, name: str, driver: Driver, cancel: CancelToken) -> Answer:
@@ -229,7 +244,7 @@ def _coordinate_pass(
         if state["status"] == "pending":
             moved = rt.store.move(name, from_statuses=["pending"], to="running", action="plan")
             state = moved or state
-        rt.store.reap(name)
+        rt.telemetry.leases_reclaimed(name, rt.store.reap(name))
         counts = rt.store.partition_counts(
             name, generation=state["generation"], plan=state["plan"]["token"]
         )

@@ -1,8 +1,8 @@
 """What the coordinator, lanes and controls run with: one object per kit.
 
-It holds the database handles, the store, the event hub, the loader of
-migration files and the kit's caches: index keys, warnings said once, and the
-throttle state its lanes share (adaptive controllers, lag probes), which
+It holds the database handles, the store, the event hub, the telemetry, the
+loader of migration files and the kit's caches: index keys, warnings said once,
+and the throttle state its lanes share (adaptive controllers, lag probes), which
 :meth:`Runtime.forget_migration` frees when a migration ends. Nothing of it is
 process-wide: two kits in one process share none of it.
 """
@@ -24,6 +24,7 @@ from migronaut_core.background.events import Events
 from migronaut_core.background.planning.shard import ShardCatalog
 from migronaut_core.background.spec import BackgroundFunctions, BackgroundSpec
 from migronaut_core.background.store import BackgroundStore
+from migronaut_core.background.telemetry import Telemetry
 from migronaut_core.background.throttle.pacing import warning_keys
 from migronaut_core.background.throttle.registry import ThrottleRegistry
 from migronaut_core.background.warn_once import WarnOnce
@@ -76,6 +77,8 @@ class Runtime:
     catalog: ShardCatalog | None = None
     #: ``auto``: split sharded collections along their shard key; ``off``: by ``_id``.
     shard_aware: str = "auto"
+    #: Spans and metrics (OpenTelemetry's global providers unless the kit was given others).
+    telemetry: Telemetry = field(default_factory=Telemetry)
     #: Warnings said once per kit: ``rt.warn_once(key, message, *args)``.
     warn_once: WarnOnce = field(default_factory=lambda: WarnOnce(log), init=False)
     #: The adaptive controllers and lag probes this kit's lanes share.

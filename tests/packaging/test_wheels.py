@@ -148,6 +148,7 @@ def test_the_wheels_declare_their_dependencies_and_entry_points(wheels: Wheels) 
     core = Parser().parsestr(metadata(wheels.core, "METADATA"))
     assert (core["Name"], core["Version"]) == ("migronaut-core", VERSION)
     assert sorted(core.get_all("Requires-Dist") or []) == [
+        "opentelemetry-api>=1.20; extra == 'otel'",
         "pendulum<4,>=3.0",
         "pymongo<5,>=4.9",
         "rich>=13; extra == 'rich'",

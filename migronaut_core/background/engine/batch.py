@@ -467,6 +467,8 @@ class PartitionContext:
     #: Hears each written batch: ``{counters, latency_ms, batch_size}``.
     on_batch: Callable[[dict[str, Any]], None] | None = None
     on_throttle: Callable[[ThrottleChange], None] | None = None
+    #: Hears each transactional retry's reason: ``transient``, ``conflict``, ``time_or_size``.
+    on_transaction_retry: Callable[[str], None] | None = None
 
     def transform_context(self, job: Job, session: ClientSession | None = None) -> TransformContext:
         """What the transforms of this partition's batches receive."""
@@ -485,6 +487,10 @@ class PartitionContext:
     def throttle_changed(self, change: ThrottleChange | None) -> None:
         if change is not None and self.on_throttle is not None:
             self.on_throttle(change)
+
+    def transaction_retried(self, reason: str) -> None:
+        if self.on_transaction_retry is not None:
+            self.on_transaction_retry(reason)
 
 
 @dataclass

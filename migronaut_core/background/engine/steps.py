@@ -162,6 +162,7 @@ def _in_transaction(
                     or attempt >= job.spec.transaction.max_retries
                 ):
                     raise
+                ctx.transaction_retried("transient")
         if job.cancel.sleep(TRANSIENT_BACKOFF.seconds(attempt + 1)):
             raise BatchStoppedError()
     raise AssertionError("unreachable")

@@ -140,6 +140,7 @@ def transactional_batch(
             raise error
         retries += 1
         sizing.clean = 0
+        ctx.transaction_retried(_retry_reason(conflict, time_or_size))
         if size == 1 and len(attempt_docs) == 1:
             lone = attempt_docs[0]
             if time_or_size:
@@ -159,6 +160,12 @@ def transactional_batch(
             size = max(1, size // 2)
         if job.cancel.sleep(TRANSIENT_BACKOFF.seconds(attempts)):
             raise BatchStoppedError()
+
+
+def _retry_reason(conflict: bool, time_or_size: bool) -> str:
+    if conflict:
+        return "conflict"
+    return "time_or_size" if time_or_size else "transient"
 
 
 class BatchStoppedError(Exception):

@@ -34,6 +34,15 @@ from migronaut_core.background.job import Job, assert_transactions, job_for, pla
 from migronaut_core.background.lifecycle import fail_state
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.store import Lease, newer_schema
+from migronaut_core.background.telemetry import (
+    ATTR_GENERATION,
+    ATTR_OUTCOME,
+    ATTR_PARTITION,
+    ATTR_SHARD,
+    ATTR_SLOT,
+    SPAN_SLICE,
+    AttributeValue,
+)
 from migronaut_core.background.throttle import Throttle
 from migronaut_core.errors import BatchFailed, LockLostError, MigronautError
 from migronaut_core.scrub import error_text
@@ -115,11 +124,16 @@ def run_slice(
     # A newer release's plan may hold scopes this one cannot read: the coordinator waits, so do we.
     if newer_schema(state):
         return SliceResult("stale")
-    job = job_for(rt, name, state, token)
-    # A plan made before a reshard (or by another partitioner): the coordinator re-splits first.
-    if plan_is_stale(job, state["plan"]):
-        return SliceResult("stale")
-    assert_transactions(rt, name, job.spec)
+    try:
+        job = job_for(rt, name, state, token)
+        # A plan made before a reshard (or by another partitioner): the coordinator re-splits first.
+        if plan_is_stale(job, state["plan"]):
+            return SliceResult("stale")
+        assert_transactions(rt, name, job.spec)
+    except Exception as exc:
+        # Before any claim: nothing to count it on, but measured like any failed slice.
+        rt.telemetry.slice_ended(name, "error", 0.0, error_type=type(exc).__name__)
+        raise
     deadline = time.monotonic() + (slice_ms if slice_ms is not None else job.spec.slice_ms) / 1000
     counters: dict[str, int] = {}
     worked = False
@@ -138,6 +152,7 @@ def run_slice(
             # Lanes per shard, on partitions that belong to one.
             shard_concurrency=job.spec.shard_concurrency if job.partitioner.id == "shard" else None,
         )
+        rt.telemetry.leases_reclaimed(name, claim.reaped)
         if claim.exhausted:
             return SliceResult("exhausted", counters)
         if claim.busy or claim.lease is None or claim.partition is None:
@@ -145,7 +160,7 @@ def run_slice(
                 return SliceResult("yielded", counters)
             return SliceResult("busy", counters, retry_after_ms=max(1, rt.ttl_ms // 4))
         worked = True
-        result = _work(rt, job, state, claim.lease, claim.partition, deadline, owner)
+        result = _held(rt, job, state, claim.lease, claim.partition, deadline, owner)
         add_counters(counters, result.counters)
         if result.outcome == "lost":
             return SliceResult("lost", counters)
@@ -158,6 +173,64 @@ def run_slice(
         if result.outcome != "exhausted":
             rt.store.release(claim.lease)
             return SliceResult(result.outcome, counters)
+
+
+def _held(
+    rt: Runtime,
+    job: Job,
+    state: dict[str, Any],
+    lease: Lease,
+    partition: dict[str, Any],
+    deadline: float,
+    owner: str,
+) -> PartitionResult:
+    """:func:`_work` in the lease's span, its duration measured by outcome."""
+    shard = _shard_of(partition)
+    started = time.monotonic()
+    attributes: dict[str, AttributeValue] = {
+        ATTR_PARTITION: str(partition["_id"]),
+        ATTR_SLOT: lease.slot,
+        ATTR_GENERATION: int(state["generation"]),
+        **({ATTR_SHARD: shard} if shard is not None else {}),
+    }
+    try:
+        with rt.telemetry.span(SPAN_SLICE, job.name, attributes) as span:
+            result = _work(rt, job, state, lease, partition, deadline, owner)
+            span.set(ATTR_OUTCOME, result.outcome)
+            span.set_counters(result.counters)
+    except Exception as exc:
+        elapsed_ms = (time.monotonic() - started) * 1000
+        rt.telemetry.slice_ended(
+            job.name, "error", elapsed_ms, error_type=type(exc).__name__, shard=shard
+        )
+        raise
+    elapsed_ms = (time.monotonic() - started) * 1000
+    rt.telemetry.slice_ended(job.name, result.outcome, elapsed_ms, shard=shard)
+    return result
+
+
+def _shard_of(partition: dict[str, Any]) -> str | None:
+    group = partition.get("group")
+    return None if group is None else str(group)
+
+
+def _batch_written(rt: Runtime, name: str, partition: dict[str, Any], info: dict[str, Any]) -> None:
+    counters = info.get("counters") or {}
+    rt.telemetry.batch_written(
+        name,
+        size=int(counters.get("scanned", 0)),
+        duration_ms=float(info.get("latency_ms", 0)),
+        shard=_shard_of(partition),
+    )
+    rt.emit(
+        "background:batch",
+        {
+            "migration": name,
+            "partition": str(partition["_id"]),
+            **({"group": partition["group"]} if "group" in partition else {}),
+            **info,
+        },
+    )
 
 
 def _work(
@@ -182,7 +255,12 @@ def _work(
         },
     )
     throttle = Throttle.for_job(
-        job, partition, registry=rt.throttles, client=rt.client, warn=rt.warn_once
+        job,
+        partition,
+        registry=rt.throttles,
+        client=rt.client,
+        warn=rt.warn_once,
+        telemetry=rt.telemetry,
     )
     try:
         with LeaseKeeper(rt, lease) as keeper:
@@ -200,15 +278,8 @@ def _work(
                     "background:throttle",
                     {"migration": name, "group": partition.get("group"), **change.to_dict()},
                 ),
-                on_batch=lambda info: rt.emit(
-                    "background:batch",
-                    {
-                        "migration": name,
-                        "partition": str(partition["_id"]),
-                        **({"group": partition["group"]} if "group" in partition else {}),
-                        **info,
-                    },
-                ),
+                on_batch=lambda info: _batch_written(rt, name, partition, info),
+                on_transaction_retry=lambda reason: rt.telemetry.transaction_retried(name, reason),
             )
             result = process_partition(job, context, rt.store)
     except LockLostError:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pymongo import ASCENDING, ReturnDocument
@@ -87,6 +87,8 @@ class Claim:
     lease: Lease | None = None
     exhausted: bool = False
     busy: bool = False
+    #: Lapsed leases this attempt reaped first (their lanes died or stalled).
+    reaped: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,8 +314,9 @@ class PartitionDocuments(StateDocuments):
             ``group`` (a shard) at this many; partitions without a group are
             capped by ``max_parallel`` alone.
         """
+        reaped = self.reap(name)
         if shard_concurrency is not None:
-            return self._claim_grouped(
+            claim = self._claim_grouped(
                 name,
                 generation=generation,
                 plan=plan,
@@ -322,7 +325,21 @@ class PartitionDocuments(StateDocuments):
                 owner=owner,
                 shard_concurrency=shard_concurrency,
             )
-        self.reap(name)
+        else:
+            claim = self._claim_one(
+                name,
+                generation=generation,
+                plan=plan,
+                max_parallel=max_parallel,
+                ttl_ms=ttl_ms,
+                owner=owner,
+            )
+        return replace(claim, reaped=reaped) if reaped else claim
+
+    def _claim_one(
+        self, name: str, *, generation: int, plan: str, max_parallel: int, ttl_ms: int, owner: str
+    ) -> Claim:
+        """:meth:`claim` capped by ``max_parallel`` alone."""
         claimable = {
             "migration": name,
             "generation": generation,
@@ -387,7 +404,6 @@ class PartitionDocuments(StateDocuments):
         taken by one update, guarded by two unique indexes: two claimants that
         race for either slot cannot both win it.
         """
-        self.reap(name)
         claimable = {
             "migration": name,
             "generation": generation,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from migronaut_core.background.backoff import Backoff
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.spec import BackgroundFunctions, BackgroundSpec
+from migronaut_core.background.telemetry import NO_TELEMETRY, Telemetry
 from migronaut_core.background.throttle.adaptive import AdaptiveController, ThrottleChange
 from migronaut_core.background.throttle.lag import LagSource
 from migronaut_core.background.throttle.registry import ThrottleRegistry
@@ -85,6 +86,8 @@ class Throttle:
     user function that raises or returns something other than a non-negative
     number counts as 0 and is warned about once (through ``warn``: the
     runtime's in a lane, else the throttle's own); it never fails the slice.
+    Each change of the controller and each wait for lag is counted on
+    ``telemetry`` (``migronaut.background.throttled``, by reason).
     """
 
     migration: str
@@ -98,6 +101,9 @@ class Throttle:
     adaptive: AdaptiveController | None = None
     warn: Warn = field(default_factory=lambda: WarnOnce(log))
     collection: str | None = None
+    #: The partition's shard group, when it has one (a telemetry attribute).
+    group: str | None = None
+    telemetry: Telemetry = NO_TELEMETRY
     _lagged: bool = field(default=False, init=False, repr=False)
 
     @classmethod
@@ -109,6 +115,7 @@ class Throttle:
         registry: ThrottleRegistry,
         client: MongoClient[Any] | None,
         warn: Warn,
+        telemetry: Telemetry = NO_TELEMETRY,
     ) -> Throttle:
         """Build a lane's throttle for one claimed partition of ``job``.
 
@@ -116,9 +123,11 @@ class Throttle:
         shared lag probe of ``client`` (when ``max_lag_ms`` is set) and the
         shared controller of the partition's group (when ``adaptive`` is on;
         the partition's stored ``throttle`` state seeds a new controller),
-        both from ``registry``; its warnings go to ``warn``.
+        both from ``registry``; its warnings go to ``warn``, its changes and lag
+        waits to ``telemetry``.
         """
         spec = job.spec
+        group = partition.get("group")
         lag_on = spec.throttle.max_lag_ms is not None
         return cls(
             migration=job.name,
@@ -132,6 +141,8 @@ class Throttle:
             adaptive=_adaptive_of(job, partition, registry),
             warn=warn,
             collection=spec.collection,
+            group=None if group is None else str(group),
+            telemetry=telemetry,
         )
 
     def next_batch_size(self) -> int:
@@ -159,13 +170,18 @@ class Throttle:
         lagged = self.take_lagged()
         if self.adaptive is None:
             return None
-        return self.adaptive.record(latency_ms, overloaded or lagged)
+        return self._counted(self.adaptive.record(latency_ms, overloaded or lagged))
 
     def after_error(self, error: BaseException, latency_ms: float) -> ThrottleChange | None:
         """Feed a failed batch to the controller when ``error`` is an overload; else nothing."""
         if self.adaptive is None or not is_overload(error):
             return None
-        return self.adaptive.record(latency_ms, True)
+        return self._counted(self.adaptive.record(latency_ms, True))
+
+    def _counted(self, change: ThrottleChange | None) -> ThrottleChange | None:
+        if change is not None:
+            self.telemetry.throttled(self.migration, change.reason, shard=self.group)
+        return change
 
     def state(self) -> dict[str, int] | None:
         """The controller's state to checkpoint on the partition, or None without one."""
@@ -211,6 +227,8 @@ class Throttle:
             lag = self.lag_probe.lag_ms(self.warn)
             if lag is None or lag <= self.max_lag_ms:
                 return cancel.cancelled
+            if looks == 0:
+                self.telemetry.throttled(self.migration, "lag", shard=self.group)
             self._lagged = True
             looks += 1
             delay = LAG_BACKOFF.seconds(looks)
