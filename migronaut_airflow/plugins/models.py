@@ -27,15 +27,22 @@ class ErrorBody(BaseModel):
 
 
 class Progress(BaseModel):
-    """Documents done in the current pass against the plan's estimate."""
+    """Work done in the current pass against its estimate.
+
+    Documents against the plan's count; for a step migration whose steps report a
+    ``total``, what its steps processed against that total (``source`` = ``step``).
+    """
 
     estimate: int
     at_least: bool = Field(description="the estimate is a lower bound (the count was capped)")
     approximate: bool = Field(
         False, description="the estimate comes from a random sample (a large pass), not a count"
     )
-    done: int = Field(description="migrated + skipped in this pass")
+    done: int = Field(description="migrated + skipped in this pass (step mode: processed)")
     percent: float | None = Field(description="None before the pass is planned")
+    source: Literal["plan", "step"] = Field(
+        "plan", description="plan: documents against the plan's count; step: the step's total"
+    )
 
 
 class ThroughputPoint(BaseModel):

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pendulum
 
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 VIEW_FAILED_DOCUMENTS = 20
 
 Document = Mapping[str, Any]
+#: What a progress counts: documents against the plan, or what a step migration reports.
+ProgressSource = Literal["plan", "step"]
 
 
 def _time(value: Any) -> datetime | None:
@@ -43,11 +45,15 @@ def _text(value: Any) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class ProgressView:
-    """Documents done in this pass against its estimate, with a percentage.
+    """Work done in this pass against its estimate, with a percentage.
 
-    ``at_least``: the estimate is a floor (a capped count); ``approximate``: it
-    was estimated from a random sample (a large pass, see the id-range planner).
-    ``percent`` is None before the pass is planned.
+    ``source`` says what is counted: ``plan``, documents (migrated and skipped)
+    against the plan's count; ``step``, what a step migration's steps report
+    (``processed``, else ``migrated``) against the ``total`` its last step
+    returned. ``at_least``: the estimate is a floor (a capped count);
+    ``approximate``: it was estimated from a random sample (a large pass, see
+    the id-range planner). ``percent`` is None before the pass is planned, and
+    for a step migration until a step reports a ``total``.
     """
 
     estimate: int
@@ -55,6 +61,7 @@ class ProgressView:
     approximate: bool
     done: int
     percent: float | None
+    source: ProgressSource = "plan"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -63,6 +70,7 @@ class ProgressView:
             "approximate": self.approximate,
             "done": self.done,
             "percent": self.percent,
+            "source": self.source,
         }
 
 
@@ -363,15 +371,15 @@ def history_view(state: Document) -> list[dict[str, Any]]:
 
 
 def progress(state: Document, partitions: Sequence[Document]) -> ProgressView:
-    """Documents done in this pass against its estimate (see :class:`ProgressView`)."""
+    """Work done in this pass against its estimate (see :class:`ProgressView`)."""
     plan = state.get("plan") or {}
-    estimate = int(plan.get("estimate") or 0)
-    done_now = sum(
-        int((p.get("counters") or {}).get("migrated", 0))
-        + int((p.get("counters") or {}).get("skipped", 0))
-        for p in partitions
-        if p.get("generation") == state.get("generation")
-    )
+    current = [p for p in partitions if p.get("generation") == state.get("generation")]
+    step_total = _step_total(current)
+    source: ProgressSource = "plan" if step_total is None else "step"
+    if step_total is not None:
+        estimate, done_now = step_total, _step_done(current)
+    else:
+        estimate, done_now = int(plan.get("estimate") or 0), _documents(current)
     if state.get("status") == "completed":
         percent: float | None = 100.0
     elif estimate > 0:
@@ -380,11 +388,32 @@ def progress(state: Document, partitions: Sequence[Document]) -> ProgressView:
         percent = None
     return ProgressView(
         estimate=estimate,
-        at_least=bool(plan.get("at_least")),
-        approximate=bool(plan.get("approximate")),
+        at_least=bool(plan.get("at_least")) and source == "plan",
+        approximate=bool(plan.get("approximate")) and source == "plan",
         done=done_now,
         percent=percent,
+        source=source,
     )
+
+
+def _counter(partition: Document, key: str) -> int:
+    return int((partition.get("counters") or {}).get(key, 0))
+
+
+def _documents(partitions: Sequence[Document]) -> int:
+    return sum(_counter(p, "migrated") + _counter(p, "skipped") for p in partitions)
+
+
+def _step_total(partitions: Sequence[Document]) -> int | None:
+    """The ``total`` the last step of this pass reported (a step migration's one partition)."""
+    totals = [p["step_total"] for p in partitions if isinstance(p.get("step_total"), int)]
+    return max(totals) if totals else None
+
+
+def _step_done(partitions: Sequence[Document]) -> int:
+    """What the steps of this pass did: their ``processed``, else their ``migrated``."""
+    processed = sum(_counter(p, "processed") for p in partitions)
+    return processed or sum(_counter(p, "migrated") for p in partitions)
 
 
 def eta_seconds(state: Document, done_now: int, estimate: int) -> float | None:

@@ -35,15 +35,34 @@ def print_views(views: list[dict[str, Any]]) -> None:
         return
     width = max(len("NAME"), *(len(str(view.get("name"))) for view in views))
     print(
-        f"{'NAME':<{width}}  {'STATUS':<9} {'PHASE':<9} {'PASS':>4} {'PROGRESS':>8} "
-        f"{'MIGRATED':>9} {'FAILED':>7}  LAST ERROR"
+        f"{'NAME':<{width}}  {'STATUS':<9} {'PHASE':<9} {'PASS':>4} {'DONE':>15} {'PROGRESS':>8} "
+        f"{'ETA':>7} {'MIGRATED':>9} {'FAILED':>7}  LAST ERROR"
     )
     for view in views:
-        percent = (view.get("progress") or {}).get("percent")
+        shown = view.get("progress") or {}
+        percent = shown.get("percent")
         print(
             f"{view.get('name'):<{width}}  {view.get('status') or '-':<9} "
             f"{view.get('phase') or '-':<9} {view.get('pass', 0):>4} "
+            f"{_done_of(shown):>15} "
             f"{'-' if percent is None else f'{percent:.1f}%':>8} "
+            f"{_eta_text(view.get('eta_seconds')):>7} "
             f"{(view.get('totals') or {}).get('migrated', 0):>9} "
             f"{view.get('failed_documents', 0):>7}  {view.get('last_error') or ''}"
         )
+
+
+def _done_of(progress: dict[str, Any]) -> str:
+    """``done/estimate`` of a pass (``?`` while nothing is estimated)."""
+    return f"{progress.get('done', 0)}/{progress.get('estimate') or '?'}"
+
+
+def _eta_text(seconds: Any) -> str:
+    """Seconds left as ``42s``, ``7m`` or ``3h``; ``-`` when not known."""
+    if not isinstance(seconds, int | float) or seconds < 0:
+        return "-"
+    if seconds < 120:
+        return f"{round(seconds)}s"
+    if seconds < 7200:
+        return f"{round(seconds / 60)}m"
+    return f"{round(seconds / 3600)}h"

@@ -255,6 +255,7 @@ def test_a_large_pass_is_planned_from_an_estimate(
         "approximate": True,
         "done": 0,
         "percent": 0.0,
+        "source": "plan",
     }
     assert len(kit.background_partitions(SPLIT_NAME)) > 4
 

@@ -1,0 +1,35 @@
+"""The UI's readings of a step migration that reports a ``total``: done of total, percent, ETA."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pymongo.database import Database
+
+from migronaut_airflow.plugins.models import Permissions
+from migronaut_airflow.plugins.readings import detail, summaries
+from migronaut_airflow.plugins.throughput import ThroughputSampler
+from tests.support.background import SPLIT_NAME, make_kit, write_background
+from tests.support.steps import COUNTED_STEPS
+
+
+def test_the_list_and_the_detail_show_a_step_total(
+    mongo_uri: str, db: Database[dict[str, Any]], tmp_path: Path
+) -> None:
+    db.orders.insert_many([{"_id": i} for i in range(40)])
+    migrations = tmp_path / "migrations"
+    write_background(migrations, body=COUNTED_STEPS)
+    sampler = ThroughputSampler()
+    with make_kit(mongo_uri, db, migrations) as kit:
+        kit.up()
+        kit.coordinate_background(SPLIT_NAME)
+        kit.run_background_slice(SPLIT_NAME, slice_ms=100)
+        (row,) = summaries(kit, [SPLIT_NAME], None, sampler)
+        shown = detail(kit, SPLIT_NAME, sampler, Permissions(can_control=False, can_trigger=False))
+    for reading in (row, shown):
+        assert reading.progress.source == "step"
+        assert (reading.processed, reading.progress.estimate) == (10, 40)
+        assert reading.progress.percent == 25.0
+        assert reading.eta_seconds is not None
+        assert reading.eta_seconds > 0
