@@ -23,13 +23,15 @@ call again may succeed without anyone changing anything::
     ├── StoreError                            MongoDB itself failed us
     │   ├── ConnectionFailedError             retryable
     │   ├── ShardMetadataError                retryable: chunks read mid-change
-    │   └── TransactionsUnsupportedError
+    │   ├── TransactionsUnsupportedError
+    │   └── IndexMissingError                 ensure_indexes = false, and an index is missing
     ├── ServerUnavailableError                no MongoDB to test or demo against
     └── BackgroundError
         ├── BackgroundPendingError            a requirement has not completed yet
         ├── BackgroundConflictError           a control that does not fit the state
         ├── BackgroundFailedError
         │   └── DocumentFailedError           one document failed a strict batch
+        ├── DryRunRefusedError                a dry run's ctx.db refused a write
         └── BatchFailed                       retryable: one slice failed
 
 A :class:`DocError` is the record of one document that could not be rewritten
@@ -173,6 +175,18 @@ class TransactionsUnsupportedError(StoreError):
     code = "TRANSACTIONS_UNSUPPORTED"
 
 
+class IndexMissingError(StoreError):
+    """``ensure_indexes = false`` and an index migronaut needs is not there.
+
+    Raised before anything is written. ``context["missing"]`` lists each one as
+    ``{"collection", "key"}`` (the key pattern as ``[[field, direction], ...]``);
+    someone with index-creation rights creates them (``ensure_indexes = true``
+    once, or by hand).
+    """
+
+    code = "INDEX_MISSING"
+
+
 class ServerUnavailableError(MigronautError):
     """No MongoDB server could be found or started for tests or the demo."""
 
@@ -233,6 +247,16 @@ class DocumentFailedError(BackgroundFailedError):
         return (self.__class__, (self.error,))
 
 
+class DryRunRefusedError(BackgroundError):
+    """User code in a dry run tried what would escape it: a write outside its
+    aborted transaction, or a write to migronaut's own collections.
+
+    ``context`` names the ``operation`` and its ``target`` (``db.collection``).
+    """
+
+    code = "DRY_RUN_REFUSED"
+
+
 class BatchFailed(BackgroundError):  # noqa: N818 - the name the design uses
     """One slice of a lane failed; running it again may succeed."""
 
@@ -252,6 +276,8 @@ __all__ = [
     "ConnectionFailedError",
     "DocError",
     "DocumentFailedError",
+    "DryRunRefusedError",
+    "IndexMissingError",
     "IrreversibleMigrationError",
     "LockAlreadyHeldError",
     "LockError",

@@ -193,6 +193,7 @@ class Migronaut:
             on_completed=on_completed,
             shard_aware=self.config.background_shard_aware,
             telemetry=self._telemetry,
+            bookkeeping=self.config.bookkeeping_collections,
         )
         return runtime
 
@@ -622,8 +623,12 @@ class Migronaut:
             that is always aborted: unique indexes and validators are checked
             (failures are reported with reason ``write``).
         :param steps: for step migrations: run this many steps (default 1, at most
-            100) from the last checkpoint in a transaction that is always aborted;
-            only writes made with ``ctx.session`` are rolled back.
+            100) from the last checkpoint in a transaction that is always aborted.
+            User code's ``ctx.db`` and ``ctx.client`` are bound to that
+            transaction (with ``validate`` too), with ``ctx.session`` or without;
+            a plain preview refuses their writes, and any dry run refuses writes
+            to migronaut's own collections (``DryRunRefusedError``, reported as
+            the document's or the step's error).
         :param from_start: for step migrations: start from no checkpoint rather
             than the registered one.
         :raises ConfigInvalidError: ``sample`` with ``first``, a size out of

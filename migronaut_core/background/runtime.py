@@ -79,6 +79,9 @@ class Runtime:
     shard_aware: str = "auto"
     #: Spans and metrics (OpenTelemetry's global providers unless the kit was given others).
     telemetry: Telemetry = field(default_factory=Telemetry)
+    #: Every collection migronaut keeps its own records in (the config's
+    #: ``bookkeeping_collections``); no migration writes to them.
+    bookkeeping: tuple[str, ...] = ()
     #: Warnings said once per kit: ``rt.warn_once(key, message, *args)``.
     warn_once: WarnOnce = field(default_factory=lambda: WarnOnce(log), init=False)
     #: The adaptive controllers and lag probes this kit's lanes share.
@@ -97,6 +100,12 @@ class Runtime:
         """The cluster's shard metadata reader."""
         assert self.catalog is not None  # set by __post_init__
         return self.catalog
+
+    @property
+    def own_collections(self) -> frozenset[str]:
+        """migronaut's own collections in :attr:`db`: the store's, the locks', the rest."""
+        store = (self.store.states.name, self.store.partitions.name, self.lock_collection)
+        return frozenset((*self.bookkeeping, *store))
 
     @property
     def ttl_ms(self) -> int:

@@ -13,15 +13,19 @@ write path inside a snapshot transaction on the primary that is always aborted
 by steps instead (:mod:`~migronaut_core.background.dry_run.steps`).
 
 Nothing is written: no state document, no partition, no changelog record, no
-change to the collection. (A transform that writes elsewhere on its own, without
-``ctx.session``, is beyond reach; with ``validate`` the writes it makes through
-``ctx.session`` are aborted with the rest.) Works for a registered migration
-(its registered spec, direction and excluded documents) and for one that is
-only a file.
+change to the collection. User code gets isolated handles
+(:mod:`~migronaut_core.background.dry_run.isolation`): with ``validate`` and in
+step dry runs whatever it writes through ``ctx.db`` or ``ctx.client`` is bound
+to the aborted transaction, passed ``ctx.session`` or not; a plain preview
+refuses its writes; a write to migronaut's own collections is always refused
+(:class:`~migronaut_core.errors.DryRunRefusedError`, the document's or step's
+error). Works for a registered migration (its registered spec, direction and
+excluded documents) and for one that is only a file.
 
 Modules: ``report`` (the result types), ``options`` (limits and option checks),
-``preview`` (the job, picking documents, previews), ``sandbox`` (validating in
-an aborted transaction), ``steps`` (step migrations), ``run`` (:func:`dry_run`).
+``isolation`` (the handles user code gets), ``preview`` (the job, picking
+documents, previews), ``sandbox`` (validating in an aborted transaction),
+``steps`` (step migrations), ``run`` (:func:`dry_run`).
 The names below are the public surface; import them from this package.
 """
 

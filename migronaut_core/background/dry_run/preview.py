@@ -16,6 +16,11 @@ from pymongo.client_session import ClientSession
 from pymongo.errors import ExecutionTimeout
 
 from migronaut_core.background.cancel import CancelToken
+from migronaut_core.background.dry_run.isolation import (
+    isolated_client,
+    isolated_database,
+    isolation_of,
+)
 from migronaut_core.background.dry_run.options import check_mode
 from migronaut_core.background.dry_run.report import DocumentPreview, Method
 from migronaut_core.background.engine.batch import (
@@ -84,14 +89,19 @@ def dry_run_job(
 
 
 def transform_context(rt: Runtime, job: Job, session: ClientSession | None) -> TransformContext:
-    """What the transforms see in a dry run (``session``: the aborted transaction's)."""
+    """What the transforms see in a dry run (``session``: the aborted transaction's).
+
+    ``db`` and ``client`` are isolated (:mod:`.isolation`): bound to ``session``,
+    or reading only without one.
+    """
+    isolation = isolation_of(rt, session)
     return TransformContext(
         migration=job.name,
         direction=job.direction,
         generation=job.generation,
         partition=DRY_RUN_PARTITION,
-        db=rt.db,
-        client=rt.client,
+        db=isolated_database(rt.db, isolation),
+        client=isolated_client(rt.client, isolation),
         log=job.log,
         cancel=CancelToken(),
         session=session,

@@ -2,7 +2,9 @@
 
 The steps start from the migration's last checkpoint (or from none) and each
 reports its counters and the size of the checkpoint it returned, never the
-checkpoint itself. Only writes made with ``ctx.session`` are rolled back.
+checkpoint itself. Every write through ``ctx.db`` and ``ctx.client`` is bound to
+the aborted transaction, with ``ctx.session`` or without it
+(:mod:`.isolation`); a write to migronaut's own collections is refused.
 """
 
 from __future__ import annotations
@@ -20,6 +22,11 @@ from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
 from migronaut_core.background.cancel import CancelToken
+from migronaut_core.background.dry_run.isolation import (
+    isolated_client,
+    isolated_database,
+    isolation_of,
+)
 from migronaut_core.background.dry_run.options import check_steps
 from migronaut_core.background.dry_run.preview import spec_of
 from migronaut_core.background.dry_run.report import StepDryRunReport
@@ -39,8 +46,9 @@ def dry_run_steps(
     """Run ``steps`` steps of a step migration in a transaction that is always aborted.
 
     It starts from the migration's last checkpoint (``from_start``: from none).
-    Only writes made with ``ctx.session`` are rolled back: a step that writes
-    without it writes for real, as it would in transactional mode.
+    Whatever a step writes through ``ctx.db`` or ``ctx.client`` is rolled back,
+    passed ``ctx.session`` or not; a write it cannot bind to the transaction is
+    refused, and so is a write to migronaut's own collections (the step's error).
 
     :raises ConfigInvalidError: a declarative migration, or ``steps`` outside 1-100.
     :raises TransactionsUnsupportedError: on a standalone server.
@@ -98,6 +106,7 @@ def _run_steps(
             write_concern=WriteConcern("majority"),
             read_preference=ReadPreference.PRIMARY,
         )
+        isolation = isolation_of(rt, session)
         try:
             for number in range(1, count + 1):
                 ctx = StepContext(
@@ -106,8 +115,8 @@ def _run_steps(
                     generation=int((state or {}).get("generation", 0)),
                     checkpoint=checkpoint,
                     deadline=time.monotonic() + spec.slice_ms / 1000,
-                    db=rt.db,
-                    client=rt.client,
+                    db=isolated_database(rt.db, isolation),
+                    client=isolated_client(rt.client, isolation),
                     log=logging.getLogger(f"migronaut.background.{name}"),
                     cancel=CancelToken(),
                     session=session,
