@@ -18,6 +18,7 @@ from pymongo.errors import DuplicateKeyError
 
 from migronaut_core.errors import ConfigInvalidError, MigronautError
 from migronaut_core.files import MigrationKind
+from migronaut_core.required_indexes import RequiredIndex, ensure_indexes
 
 RecordStatus = Literal["applied", "failed"]
 
@@ -101,8 +102,16 @@ class Changelog:
     def __init__(self, collection: Collection[dict[str, Any]]) -> None:
         self._collection = collection
 
-    def ensure_indexes(self) -> None:
-        self._collection.create_index([("status", 1), ("applied_at", 1)])
+    def required_indexes(self) -> list[RequiredIndex]:
+        """The index ``applied`` and ``status`` read through."""
+        return [RequiredIndex(self._collection.name, (("status", 1), ("applied_at", 1)))]
+
+    def ensure_indexes(self, *, create: bool = True) -> None:
+        """Create :meth:`required_indexes` (idempotent), or only check that they exist.
+
+        :raises IndexMissingError: ``create`` is false and it is missing.
+        """
+        ensure_indexes(self._collection.database, self.required_indexes(), create=create)
 
     def records(self) -> dict[str, ChangelogRecord]:
         """Return every record (applied and failed) by migration name."""

@@ -31,6 +31,18 @@ ENV_KEYS: Mapping[str, str] = {
     "MIGRONAUT_MONGODB_URI": "uri",
     "MIGRONAUT_DATABASE": "database",
     "MIGRONAUT_MIGRATIONS_DIR": "migrations_dir",
+    "MIGRONAUT_ENSURE_INDEXES": "ensure_indexes",
+}
+#: How an environment variable spells a flag.
+_ENV_FLAGS: Mapping[str, bool] = {
+    "true": True,
+    "1": True,
+    "yes": True,
+    "on": True,
+    "false": False,
+    "0": False,
+    "no": False,
+    "off": False,
 }
 
 _COLLECTION_KEYS = ("changelog_collection", "lock_collection", "background_collection")
@@ -68,6 +80,11 @@ class Config:
         audit reports dead watchers in either).
     :param background_on_drift: what verify does with a drifted migration when
         not told: ``"reopen"`` it or only ``"report"`` it.
+    :param ensure_indexes: create the indexes migronaut needs (its own
+        collections', and the version indexes ``converge`` makes); ``False``, for
+        a user without index-creation rights, only checks that they exist and
+        raises :class:`~migronaut_core.errors.IndexMissingError` naming the
+        missing ones before anything is written.
     """
 
     uri: str = "mongodb://127.0.0.1:27017"
@@ -85,6 +102,7 @@ class Config:
     background_shard_aware: str = "auto"
     background_drift: str = "poll"
     background_on_drift: str = "reopen"
+    ensure_indexes: bool = True
 
     @property
     def background_collections(self) -> BackgroundCollections:
@@ -151,6 +169,7 @@ _FIELD_TYPES: Mapping[str, tuple[type, ...]] = {
     "background_shard_aware": (str,),
     "background_drift": (str,),
     "background_on_drift": (str,),
+    "ensure_indexes": (bool,),
 }
 
 #: Keys holding a path, resolved against the directory of the source that set them.
@@ -256,7 +275,7 @@ def _checked(key: str, value: Any, source: str) -> Any:
             {"key": key, "source": source},
         )
     if source == "environment":
-        return value
+        return _from_environment(key, value, types)
     # bool is an int in Python; a flag is never a number and a number never a flag.
     is_bool = isinstance(value, bool)
     if not isinstance(value, types) or (is_bool and bool not in types):
@@ -266,6 +285,19 @@ def _checked(key: str, value: Any, source: str) -> Any:
             {"key": key, "source": source},
         )
     return value
+
+
+def _from_environment(key: str, value: str, types: tuple[type, ...]) -> Any:
+    """An environment variable's text as the key's type (a flag: true/false, 1/0, …)."""
+    if bool not in types:
+        return value
+    flag = _ENV_FLAGS.get(value.strip().lower())
+    if flag is None:
+        variable = next(name for name, target in ENV_KEYS.items() if target == key)
+        raise ConfigInvalidError(
+            f"{variable} must be true or false", {"key": key, "source": "environment"}
+        )
+    return flag
 
 
 def _check_values(config: Config) -> None:

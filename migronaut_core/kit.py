@@ -59,6 +59,7 @@ from migronaut_core.changelog import Actor
 from migronaut_core.config import Config, load_config
 from migronaut_core.errors import ConfigInvalidError, ConnectionFailedError, NotAppliedError
 from migronaut_core.lock import LockInfo
+from migronaut_core.required_indexes import ensure_indexes
 from migronaut_core.runner import (
     MigrationRunner,
     RunOptions,
@@ -198,10 +199,23 @@ class Migronaut:
         return runtime
 
     def _ready(self) -> None:
-        """Create the store's indexes before the first write (once per connection)."""
+        """Create migronaut's indexes before the first write (once per connection).
+
+        With ``ensure_indexes = false`` only check them: every missing one is
+        named (:class:`IndexMissingError`) before anything is written.
+        """
         if not self._indexed:
-            self.runtime.store.ensure_indexes()
+            required = [
+                *self.runner.changelog.required_indexes(),
+                *self.runtime.store.required_indexes(),
+            ]
+            ensure_indexes(self.db, required, create=self.config.ensure_indexes)
             self._indexed = True
+
+    def _checked_first(self) -> None:
+        """With ``ensure_indexes = false``, check every index before a run takes its lock."""
+        if not self.config.ensure_indexes:
+            self._ready()
 
     def _warn_once(self, key: str, message: str, *args: Any) -> None:
         self.runtime.warn_once(key, message, *args)
@@ -241,6 +255,7 @@ class Migronaut:
             allow_checksum_mismatch=allow_checksum_mismatch,
             on_background_pending=on_background_pending,  # type: ignore[arg-type]
         )
+        self._checked_first()
         return self.runner.up(to=to, only=only, options=opts)
 
     def down(
@@ -257,6 +272,7 @@ class Migronaut:
             wait_for_lock_seconds=wait_for_lock_seconds,
             actor=Actor(requested_by=requested_by, reason=reason),
         )
+        self._checked_first()
         return self.runner.down(to=to, options=opts)
 
     def status(self) -> list[StatusRow]:
@@ -277,12 +293,16 @@ class Migronaut:
 
         ``{field: 1, _id: 1}``, or on a sharded collection the variant carrying
         the shard key (see :mod:`migronaut_core.background.indexes`). Creates, never drops;
-        idempotent.
+        idempotent. With ``ensure_indexes = false`` it creates nothing and only
+        checks that each one exists.
 
         :returns: what was created and what existed, collection by collection.
         :raises ConfigInvalidError: the collection definitions do not load.
+        :raises IndexMissingError: ``ensure_indexes = false`` and some are missing.
         """
-        report = converge_collections(self.runtime, self._files.definitions())
+        report = converge_collections(
+            self.runtime, self._files.definitions(), create=self.config.ensure_indexes
+        )
         for collection in report.collections:
             self.runtime.forget_indexes(collection.collection)
         return report

@@ -255,7 +255,7 @@ class MigrationRunner:
             if name is not None:
                 files.find(self.migrations_dir, name)
         with self._locked(actor, opts) as lock:
-            self.changelog.ensure_indexes()
+            self.changelog.ensure_indexes(create=self.config.ensure_indexes)
             applied = self.changelog.applied()
             self._check_checksums(available, applied, opts)
             targets = _pending(available, applied, to=to, only=only)

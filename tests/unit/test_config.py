@@ -129,3 +129,34 @@ def test_replace_validates_again(tmp_path: Path) -> None:
     assert replace(config, use_transaction=True).use_transaction is True
     with pytest.raises(ConfigInvalidError):
         replace(config, lock_ttl_seconds=-1)
+
+
+def test_ensure_indexes_is_read_from_the_file_the_environment_and_arguments(
+    tmp_path: Path,
+) -> None:
+    assert load_config(cwd=tmp_path, env={}).ensure_indexes is True
+    (tmp_path / "pyproject.toml").write_text("[tool.migronaut]\nensure_indexes = false\n")
+    assert load_config(cwd=tmp_path, env={}).ensure_indexes is False
+    on = {"MIGRONAUT_ENSURE_INDEXES": "True"}
+    assert load_config(cwd=tmp_path, env=on).ensure_indexes is True
+    assert load_config({"ensure_indexes": False}, cwd=tmp_path, env=on).ensure_indexes is False
+    off = {"MIGRONAUT_ENSURE_INDEXES": "0"}
+    assert load_config(cwd=tmp_path, env=off).ensure_indexes is False
+
+
+@pytest.mark.parametrize("value", ["maybe", "", " "])
+def test_a_flag_in_the_environment_is_true_or_false(tmp_path: Path, value: str) -> None:
+    env = {"MIGRONAUT_ENSURE_INDEXES": value}
+    if not value:  # an empty variable is not set
+        assert load_config(cwd=tmp_path, env=env).ensure_indexes is True
+        return
+    with pytest.raises(ConfigInvalidError) as raised:
+        load_config(cwd=tmp_path, env=env)
+    assert raised.value.context == {"key": "ensure_indexes", "source": "environment"}
+    assert "MIGRONAUT_ENSURE_INDEXES must be true or false" in raised.value.message
+
+
+def test_ensure_indexes_in_a_file_is_a_boolean(tmp_path: Path) -> None:
+    (tmp_path / "migronaut.toml").write_text('ensure_indexes = "no"\n')
+    with pytest.raises(ConfigInvalidError, match=r"ensure_indexes.*must be bool"):
+        load_config(cwd=tmp_path, env={})

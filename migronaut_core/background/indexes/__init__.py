@@ -13,6 +13,7 @@ from migronaut_core.background.indexes.converge import ConvergeReport, IndexRepo
 from migronaut_core.background.indexes.rules import (
     IndexKey,
     WantedIndex,
+    check_version_indexes,
     has_index,
     has_probe_index,
     probe_hint,
@@ -28,6 +29,7 @@ __all__ = [
     "IndexKey",
     "IndexReport",
     "WantedIndex",
+    "check_version_indexes",
     "converge",
     "has_index",
     "has_probe_index",

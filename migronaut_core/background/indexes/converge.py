@@ -17,8 +17,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from migronaut_core.background.indexes.rules import same_index_key, wanted_version_index
+from migronaut_core.background.indexes.rules import (
+    check_version_indexes,
+    same_index_key,
+    wanted_version_index,
+)
 from migronaut_core.definitions import CollectionDefinition
+from migronaut_core.required_indexes import RequiredIndex, missing_error
 
 if TYPE_CHECKING:
     from migronaut_core.background.runtime import Runtime
@@ -82,7 +87,7 @@ class ConvergeReport:
         }
 
 
-def _converge_one(rt: Runtime, definition: CollectionDefinition) -> IndexReport:
+def _converge_one(rt: Runtime, definition: CollectionDefinition, create: bool) -> IndexReport:
     versioning = definition.versioning
     if versioning is None:
         return IndexReport(definition.name, "skipped")
@@ -94,16 +99,27 @@ def _converge_one(rt: Runtime, definition: CollectionDefinition) -> IndexReport:
             return IndexReport(
                 definition.name, "exists", dict(key), str(index["name"]), sharding, note
             )
+    if not create:  # dropped since it was checked: still never created here
+        raise missing_error([RequiredIndex(definition.name, tuple(key))])
     name = collection.create_index(key)
     log.info("converge: created the version index %s on %s", name, definition.name)
     return IndexReport(definition.name, "created", dict(key), name, sharding, note)
 
 
-def converge(rt: Runtime, definitions: Sequence[CollectionDefinition]) -> ConvergeReport:
+def converge(
+    rt: Runtime, definitions: Sequence[CollectionDefinition], *, create: bool = True
+) -> ConvergeReport:
     """Create the version index of every declared collection that has versioning.
 
     Idempotent; creates, never drops. Which index: :func:`wanted_version_index`.
 
+    :param create: false (``ensure_indexes = false``): create nothing, only check
+        that every one exists (each is then reported ``exists``).
     :returns: one :class:`IndexReport` per definition, in order.
+    :raises IndexMissingError: ``create`` is false and some are missing.
     """
-    return ConvergeReport(tuple(_converge_one(rt, definition) for definition in definitions))
+    if not create:
+        check_version_indexes(rt, definitions)
+    return ConvergeReport(
+        tuple(_converge_one(rt, definition, create) for definition in definitions)
+    )

@@ -1,8 +1,8 @@
 """The version-index rule: which index a migration reads through, and whether it is there.
 
 Every decision "is this the version index" is made here, with one equality
-(:func:`same_index_key`: same fields, same order, same directions, ``1`` and
-``1.0`` alike):
+(:func:`~migronaut_core.required_indexes.same_index_key`: same fields, same
+order, same directions, ``1`` and ``1.0`` alike):
 
 - the *version index* is ``{field: 1, _id: 1}`` (:func:`version_index_key`); an
   unsharded collection needs exactly it (and so does one where
@@ -20,7 +20,9 @@ Every decision "is this the version index" is made here, with one equality
 - a drift probe (one equality on the version field) reads through the version
   index, else any index led by the version field ascending
   (:func:`probe_index`); the audit asks the same question
-  (:func:`has_probe_index`).
+  (:func:`has_probe_index`);
+- with ``ensure_indexes = false`` nothing creates it: :func:`check_version_indexes`
+  names every declared collection that lacks the index it needs.
 """
 
 from __future__ import annotations
@@ -32,14 +34,22 @@ from typing import TYPE_CHECKING, Any, Literal
 from pymongo.errors import PyMongoError
 
 from migronaut_core.background.planning.shard import UNKNOWN, sharded_version_index_key
+from migronaut_core.required_indexes import (
+    RequiredIndex,
+    key_direction,
+    missing_error,
+    same_index_key,
+)
 
 if TYPE_CHECKING:
     from migronaut_core.background.runtime import Runtime
     from migronaut_core.background.spec import BackgroundSpec
+    from migronaut_core.definitions import CollectionDefinition
 
 __all__ = [
     "IndexKey",
     "WantedIndex",
+    "check_version_indexes",
     "has_index",
     "has_probe_index",
     "probe_hint",
@@ -61,24 +71,6 @@ def version_index_key(spec: BackgroundSpec) -> list[tuple[str, int]]:
 
 def _plain_key(field: str) -> list[tuple[str, int]]:
     return [(field, 1), ("_id", 1)]
-
-
-def same_index_key(live: Mapping[str, Any], wanted: Sequence[tuple[str, Any]]) -> bool:
-    """Whether an index's key pattern is ``wanted``: same fields, order and directions."""
-    have = list(live.items())
-    if len(have) != len(wanted):
-        return False
-    for (name, kind), (wanted_name, wanted_kind) in zip(have, wanted, strict=True):
-        if name != wanted_name or _direction(kind) != _direction(wanted_kind):
-            return False
-    return True
-
-
-def _direction(kind: Any) -> Any:
-    """An index key's direction, comparable across numeric types (``1``, ``1.0``, ``Int64(1)``)."""
-    if isinstance(kind, int | float) and not isinstance(kind, bool):
-        return float(kind)
-    return str(kind)
 
 
 def has_index(rt: Runtime, collection: str, wanted: Sequence[tuple[str, Any]]) -> bool:
@@ -133,6 +125,29 @@ def wanted_version_index(
     return WantedIndex(sharded_version_index_key(field, facts.key), "shard")
 
 
+def check_version_indexes(rt: Runtime, definitions: Sequence[CollectionDefinition]) -> None:
+    """Check, creating nothing, that every declared collection has its version index.
+
+    For ``ensure_indexes = false``: the index :func:`wanted_version_index` says,
+    read afresh; any index with that key will do.
+
+    :raises IndexMissingError: naming each collection that lacks it, and the key.
+    """
+    missing = []
+    for definition in definitions:
+        versioning = definition.versioning
+        if versioning is None:
+            continue
+        wanted = wanted_version_index(
+            rt, definition.name, versioning.field, versioning.revision_field
+        ).key
+        live = rt.db[definition.name].list_indexes()
+        if not any(same_index_key(index["key"], wanted) for index in live):
+            missing.append(RequiredIndex(definition.name, tuple(wanted)))
+    if missing:
+        raise missing_error(missing)
+
+
 # -- hints -------------------------------------------------------------------------------
 
 
@@ -162,7 +177,7 @@ def probe_index(keys: Sequence[Mapping[str, Any]], field: str) -> IndexKey | Non
         return plain
     for key in keys:
         first = next(iter(key.items()), None)
-        if first is not None and first[0] == field and _direction(first[1]) == 1.0:
+        if first is not None and first[0] == field and key_direction(first[1]) == 1.0:
             return list(key.items())
     return None
 

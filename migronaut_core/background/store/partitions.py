@@ -43,6 +43,7 @@ from migronaut_core.background.store.states import (
     utc_now,
 )
 from migronaut_core.errors import LockLostError
+from migronaut_core.required_indexes import RequiredIndex
 
 OPEN_STATUSES = ("pending", "running")
 
@@ -134,31 +135,40 @@ class PartitionDocuments(StateDocuments):
     A plan commits against its state (a compare-and-set), hence the base class.
     """
 
-    def ensure_indexes(self) -> None:
-        """Create the indexes the invariants need; idempotent."""
-        """Create the indexes the invariants need; idempotent."""
-        self.partitions.create_index(
-            [
-                ("migration", ASCENDING),
-                ("generation", ASCENDING),
-                ("plan", ASCENDING),
-                ("status", ASCENDING),
-            ],
-            name="migration_generation_plan_status",
-        )
-        self.partitions.create_index(
-            [("migration", ASCENDING), ("lease.slot", ASCENDING)],
-            name="one_lease_per_slot",
-            unique=True,
-            partialFilterExpression={"lease.slot": {"$exists": True}},
-        )
-        self.partitions.create_index(
-            [("migration", ASCENDING), ("lease.group", ASCENDING), ("lease.group_slot", ASCENDING)],
-            name="one_lease_per_group_slot",
-            unique=True,
-            partialFilterExpression={"lease.group_slot": {"$exists": True}},
-        )
-        super().ensure_indexes()
+    def required_indexes(self) -> list[RequiredIndex]:
+        """The indexes the invariants need (the slot caps) and the states' ones."""
+        partitions = self.partitions.name
+        return [
+            RequiredIndex(
+                partitions,
+                (
+                    ("migration", ASCENDING),
+                    ("generation", ASCENDING),
+                    ("plan", ASCENDING),
+                    ("status", ASCENDING),
+                ),
+                name="migration_generation_plan_status",
+            ),
+            RequiredIndex(
+                partitions,
+                (("migration", ASCENDING), ("lease.slot", ASCENDING)),
+                name="one_lease_per_slot",
+                unique=True,
+                partial={"lease.slot": {"$exists": True}},
+            ),
+            RequiredIndex(
+                partitions,
+                (
+                    ("migration", ASCENDING),
+                    ("lease.group", ASCENDING),
+                    ("lease.group_slot", ASCENDING),
+                ),
+                name="one_lease_per_group_slot",
+                unique=True,
+                partial={"lease.group_slot": {"$exists": True}},
+            ),
+            *super().required_indexes(),
+        ]
 
     # -- plans -----------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 
 from migronaut_core.config import BackgroundCollections
+from migronaut_core.required_indexes import RequiredIndex, ensure_indexes
 
 #: The state document layout this release writes; a newer one is left alone.
 STATE_SCHEMA = 1
@@ -69,10 +70,22 @@ class StateDocuments:
         """The state collection's full name: what tells apart deployments in one process."""
         return self.states.full_name
 
-    def ensure_indexes(self) -> None:
-        """Create the indexes state queries need; idempotent."""
-        self.states.create_index([("status", ASCENDING)], name="status")
-        self.states.create_index([("requires", ASCENDING), ("status", ASCENDING)], name="requires")
+    def required_indexes(self) -> list[RequiredIndex]:
+        """The indexes state queries need."""
+        return [
+            RequiredIndex(self.states.name, (("status", ASCENDING),), name="status"),
+            RequiredIndex(
+                self.states.name, (("requires", ASCENDING), ("status", ASCENDING)), name="requires"
+            ),
+        ]
+
+    def ensure_indexes(self, *, create: bool = True) -> None:
+        """Create :meth:`required_indexes` (idempotent), or only check that they exist.
+
+        :raises IndexMissingError: ``create`` is false and some are missing;
+            nothing was written.
+        """
+        ensure_indexes(self.db, self.required_indexes(), create=create)
 
     def get(self, name: str, *, projection: Mapping[str, Any] | None = None) -> Document | None:
         return self.states.find_one({"_id": name}, projection)
