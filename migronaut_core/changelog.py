@@ -3,11 +3,14 @@
 A record's ``_id`` is the migration's name, so the database itself refuses to
 apply a migration twice, whatever the lock does. A failed attempt leaves a record
 with ``status: "failed"`` (its error code and message, never document values),
-which the next successful attempt replaces.
+which the next successful attempt replaces. A record written by ``migronaut
+baseline`` is ``adopted``: applied without being run (the database already had
+it), as the record says.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -78,6 +81,8 @@ class ChangelogRecord:
     requested_by: str | None = None
     reason: str | None = None
     error: dict[str, Any] | None = None
+    #: Recorded by a baseline: the migration was never run by migronaut.
+    adopted: bool = False
 
     @classmethod
     def from_document(cls, doc: dict[str, Any]) -> ChangelogRecord:
@@ -93,6 +98,7 @@ class ChangelogRecord:
             requested_by=doc.get("requested_by"),
             reason=doc.get("reason"),
             error=doc.get("error"),
+            adopted=bool(doc.get("adopted", False)),
         )
 
 
@@ -122,6 +128,13 @@ class Changelog:
             doc["_id"]: ChangelogRecord.from_document(doc)
             for doc in self._collection.find({"status": "applied"})
         }
+
+    def adopted_names(self, names: Sequence[str]) -> set[str]:
+        """Which of ``names`` are applied by adoption (a baseline), not by a run."""
+        found = self._collection.find(
+            {"_id": {"$in": list(names)}, "status": "applied", "adopted": True}, {"_id": 1}
+        )
+        return {doc["_id"] for doc in found}
 
     def record_applied(
         self, record: ChangelogRecord, *, session: ClientSession | None = None
@@ -181,4 +194,6 @@ def _document(record: ChangelogRecord) -> dict[str, Any]:
         "error": record.error,
     }
     doc.update({key: value for key, value in optional.items() if value is not None})
+    if record.adopted:
+        doc["adopted"] = True
     return doc

@@ -15,6 +15,7 @@ call again may succeed without anyone changing anything::
     ├── ChecksumMismatchError                 an applied file changed since
     ├── NotAppliedError
     ├── IrreversibleMigrationError
+    ├── BaselineConflictError                 a baseline would contradict what was run
     ├── MigrationFailedError                  a migration's own code raised
     ├── RunAbortedError                       the run was cancelled between migrations
     ├── LockError
@@ -119,6 +120,14 @@ class NotAppliedError(MigronautError):
 class IrreversibleMigrationError(MigronautError):
     code = "IRREVERSIBLE_MIGRATION"
     exit_code = 13
+
+
+class BaselineConflictError(MigronautError):
+    """A baseline cannot adopt: a migration past its target is applied, or one it
+    would adopt was run by migronaut (a background state exists)."""
+
+    code = "BASELINE_CONFLICT"
+    exit_code = 18
 
 
 class MigrationFailedError(MigronautError):
@@ -270,6 +279,7 @@ __all__ = [
     "BackgroundError",
     "BackgroundFailedError",
     "BackgroundPendingError",
+    "BaselineConflictError",
     "BatchFailed",
     "ChecksumMismatchError",
     "ConfigInvalidError",

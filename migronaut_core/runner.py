@@ -8,7 +8,10 @@ failure stops the run at that migration; the ones before it stay applied.
 
 Background migrations plug in through :class:`BackgroundHooks`: ``up`` registers
 them, ``down`` reverts or withdraws them, and the ``requires`` guard stops a
-regular migration whose background requirements have not completed.
+regular migration whose background requirements have not completed. A
+registration and its changelog record commit in one transaction when the
+deployment has transactions; without them the state is written first, and a run
+killed before the record leaves a registration that the next ``up`` completes.
 """
 
 from __future__ import annotations
@@ -35,22 +38,28 @@ from migronaut_core.config import Config
 from migronaut_core.deployment import supports_transactions
 from migronaut_core.errors import (
     BackgroundPendingError,
-    ChecksumMismatchError,
     ConfigInvalidError,
     IrreversibleMigrationError,
     MigrationFailedError,
     MigronautError,
-    NotAppliedError,
     RunAbortedError,
     StoreError,
     TransactionsUnsupportedError,
 )
 from migronaut_core.files import LoadedMigration, MigrationFile, MigrationKind
 from migronaut_core.lock import MongoLock
+from migronaut_core.targets import (
+    check_checksums,
+    check_up_arguments,
+    down_targets,
+    pending_targets,
+)
 
 log = logging.getLogger(__name__)
 
 Direction = Literal["up", "down"]
+#: What ``down`` does with a background migration: register its way back, or withdraw it.
+DownAction = Literal["revert", "withdraw"]
 RUN_LOCK = "migrations"
 
 
@@ -119,6 +128,8 @@ class StatusRow:
     description: str | None
     file_missing: bool = False
     last_error: dict[str, Any] | None = None
+    #: Applied by a baseline, never run (see :func:`~migronaut_core.baseline.baseline`).
+    adopted: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         row: dict[str, Any] = {
@@ -133,6 +144,8 @@ class StatusRow:
             row["file_missing"] = True
         if self.last_error:
             row["last_error"] = self.last_error
+        if self.adopted:
+            row["adopted"] = True
         return row
 
 
@@ -143,7 +156,10 @@ class BackgroundHooks(Protocol):
     """
 
     def check(self, migration: LoadedMigration, direction: Direction) -> None:
-        """Validate a background migration before anything is written."""
+        """Validate a migration's ``requires`` or a background migration; reads only."""
+
+    def prepare(self) -> None:
+        """Create what registrations write into, before any transaction."""
 
     def register(self, migration: LoadedMigration, ctx: MigrationContext) -> dict[str, Any]:
         """Register (``up``) a background migration; return what to report."""
@@ -153,6 +169,15 @@ class BackgroundHooks(Protocol):
 
     def waiting_for(self, requires: Sequence[str]) -> list[dict[str, Any]]:
         """Return the ``requires`` that have not completed, as ``{migration, status}``."""
+
+    def unfinished(self, requires: Sequence[str]) -> list[dict[str, Any]]:
+        """Like :meth:`waiting_for`, but only reads (nothing is driven inline)."""
+
+    def down_action(self, migration: LoadedMigration) -> DownAction:
+        """What ``down`` would do with a background migration: ``revert`` or ``withdraw``."""
+
+    def check_adoptable(self, migration: LoadedMigration) -> None:
+        """Refuse to adopt (baseline) a background migration that migronaut ran."""
 
     def after_applied(self, migration: LoadedMigration, ctx: MigrationContext) -> None:
         """Called after a background migration's registration was recorded."""
@@ -222,6 +247,7 @@ class MigrationRunner:
         self.db = db
         self.background = background
         self.changelog = Changelog(db[config.changelog_collection])
+        self._transactions: bool | None = None
 
     @property
     def migrations_dir(self) -> Path:
@@ -246,25 +272,21 @@ class MigrationRunner:
         Safe to call concurrently from many processes: a migration is applied at
         most once (the lock, and the changelog's unique ``_id`` behind it).
         """
-        if to is not None and only is not None:
-            raise ConfigInvalidError("give `to` or `only`, not both", {"key": "to"})
+        check_up_arguments(self.migrations_dir, to=to, only=only)
         opts = options or RunOptions()
         actor = with_default_user(opts.actor)
         available = files.discover(self.migrations_dir)
-        for name in (to, only):
-            if name is not None:
-                files.find(self.migrations_dir, name)
-        with self._locked(actor, opts) as lock:
+        with self.locked(actor, opts) as lock:
             self.changelog.ensure_indexes(create=self.config.ensure_indexes)
             applied = self.changelog.applied()
-            self._check_checksums(available, applied, opts)
-            targets = _pending(available, applied, to=to, only=only)
+            check_checksums(available, applied, allow_mismatch=opts.allow_checksum_mismatch)
+            targets = pending_targets(available, applied, to=to, only=only)
             loaded = [files.load(target) for target in targets]
             for migration in loaded:
-                if migration.kind == "background" or migration.requires:
-                    self.background.check(migration, "up")
-            self._check_transactions(loaded)
-            return self._execute_all("up", loaded, _Run(_new_run_id(), lock, actor, opts))
+                self.check_target(migration, "up")
+            self.check_transactions(loaded)
+            self._prepare_background(loaded)
+            return self._execute_all("up", loaded, _Run(new_run_id(), lock, actor, opts))
 
     # -- down ----------------------------------------------------------------------------
 
@@ -278,20 +300,15 @@ class MigrationRunner:
         actor = with_default_user(opts.actor)
         if to is not None:
             files.validate_name(to)
-        with self._locked(actor, opts) as lock:
+        with self.locked(actor, opts) as lock:
             applied = self.changelog.applied()
-            names = _down_targets(applied, to)
+            names = down_targets(applied, to)
             loaded = [files.load(files.find(self.migrations_dir, name)) for name in names]
             for migration in loaded:
-                if migration.kind == "background":
-                    self.background.check(migration, "down")
-                elif not migration.reversible:
-                    raise IrreversibleMigrationError(
-                        f"migration {migration.name} has no down(): it cannot be reverted",
-                        {"name": migration.name},
-                    )
-            self._check_transactions(loaded)
-            return self._execute_all("down", loaded, _Run(_new_run_id(), lock, actor, opts))
+                self.check_target(migration, "down")
+            self.check_transactions(loaded)
+            self._prepare_background(loaded)
+            return self._execute_all("down", loaded, _Run(new_run_id(), lock, actor, opts))
 
     # -- status --------------------------------------------------------------------------
 
@@ -332,6 +349,7 @@ class MigrationRunner:
             description=description,
             file_missing=file is None,
             last_error=record.error if record is not None and not applied else None,
+            adopted=applied and record is not None and record.adopted,
         )
 
     # -- create --------------------------------------------------------------------------
@@ -340,44 +358,62 @@ class MigrationRunner:
         """Write a new migration file from its template; return its path."""
         return files.write_new(self.migrations_dir, title, background=background)
 
-    # -- internals -----------------------------------------------------------------------
+    # -- what runs and previews share ------------------------------------------------------
 
-    def _locked(self, actor: Actor, opts: RunOptions) -> MongoLock:
+    def check_target(self, migration: LoadedMigration, direction: Direction) -> None:
+        """What a run checks of each target before anything is written; reads only.
+
+        :raises IrreversibleMigrationError: a ``down`` target cannot be reverted.
+        :raises MigronautError: its ``requires`` or background spec is wrong.
+        """
+        if direction == "down" and migration.kind == "regular":
+            if not migration.reversible:
+                raise IrreversibleMigrationError(
+                    f"migration {migration.name} has no down(): it cannot be reverted",
+                    {"name": migration.name},
+                )
+            return
+        if migration.kind == "background" or migration.requires:
+            self.background.check(migration, direction)
+
+    def locked(self, actor: Actor, opts: RunOptions) -> MongoLock:
+        """Take the run lock (waiting as ``opts`` allow); use it as a context manager."""
         lock = self.run_lock(actor)
         lock.acquire(wait_seconds=opts.wait_for_lock_seconds, cancel=opts.cancel)
         return lock
 
-    def _check_checksums(
-        self,
-        available: list[MigrationFile],
-        applied: dict[str, ChangelogRecord],
-        opts: RunOptions,
-    ) -> None:
-        changed = [
-            item.name
-            for item in available
-            if item.name in applied and item.checksum() != applied[item.name].checksum
-        ]
-        if changed and not opts.allow_checksum_mismatch:
-            raise ChecksumMismatchError(
-                f"applied migration file(s) changed since they were applied: {', '.join(changed)}"
-                "; restore them, or run with allow_checksum_mismatch",
-                {"names": changed},
-            )
+    def supports_transactions(self) -> bool:
+        """Whether the deployment runs multi-document transactions (asked once)."""
+        if self._transactions is None:
+            self._transactions = supports_transactions(self.client)
+        return self._transactions
 
-    def _check_transactions(self, loaded: list[LoadedMigration]) -> None:
+    def check_transactions(self, loaded: list[LoadedMigration]) -> None:
+        """:raises TransactionsUnsupportedError: a regular one asks for them on a standalone."""
         needs = [m.name for m in loaded if m.kind == "regular" and self._transactional(m)]
-        if needs and not supports_transactions(self.client):
+        if needs and not self.supports_transactions():
             raise TransactionsUnsupportedError(
                 "transactions need a replica set or a sharded cluster; this server is "
                 f"standalone (migrations: {', '.join(needs)})",
                 {"names": needs},
             )
 
+    # -- internals -----------------------------------------------------------------------
+
     def _transactional(self, migration: LoadedMigration) -> bool:
         if migration.use_transaction is not None:
             return migration.use_transaction
         return self.config.use_transaction
+
+    def _in_transaction(self, migration: LoadedMigration) -> bool:
+        """Regular migrations as configured; a background registration whenever possible."""
+        if migration.kind == "regular":
+            return self._transactional(migration)
+        return self.supports_transactions()
+
+    def _prepare_background(self, loaded: list[LoadedMigration]) -> None:
+        if any(migration.kind == "background" for migration in loaded):
+            self.background.prepare()
 
     def _execute_all(
         self, direction: Direction, loaded: list[LoadedMigration], run: _Run
@@ -431,7 +467,7 @@ class MigrationRunner:
                 self.changelog.remove(migration.name, session=session)
 
         try:
-            if migration.kind == "regular" and self._transactional(migration):
+            if self._in_transaction(migration):
                 with self.client.start_session() as session:
                     session.with_transaction(body)
             else:
@@ -526,34 +562,6 @@ def with_default_user(actor: Actor) -> Actor:
     return Actor(requested_by=user, reason=actor.reason)
 
 
-def _pending(
-    available: list[MigrationFile],
-    applied: dict[str, ChangelogRecord],
-    *,
-    to: str | None,
-    only: str | None,
-) -> list[MigrationFile]:
-    if only is not None:
-        if only in applied:
-            return []
-        return [item for item in available if item.name == only]
-    pending = [item for item in available if item.name not in applied]
-    if to is not None:
-        pending = [item for item in pending if item.name <= to]
-    return pending
-
-
-def _down_targets(applied: dict[str, ChangelogRecord], to: str | None) -> list[str]:
-    newest_first = sorted(
-        applied.values(), key=lambda record: (record.applied_at, record.name), reverse=True
-    )
-    if to is None:
-        return [newest_first[0].name] if newest_first else []
-    if to not in applied:
-        raise NotAppliedError(f"migration {to} is not applied", {"name": to})
-    return [record.name for record in newest_first if record.name > to]
-
-
 def _record(
     migration: LoadedMigration,
     status: Literal["applied", "failed"],
@@ -585,7 +593,8 @@ def _result_status(
     return "registered" if migration.kind == "background" else "applied"
 
 
-def _new_run_id() -> str:
+def new_run_id() -> str:
+    """A short id for one run, recorded with each of its changelog records."""
     return uuid.uuid4().hex[:12]
 
 
@@ -601,4 +610,6 @@ __all__ = [
     "RunOptions",
     "RunResult",
     "StatusRow",
+    "new_run_id",
+    "with_default_user",
 ]

@@ -40,16 +40,23 @@ def fail_state(rt: Runtime, state: Mapping[str, Any], reason: str | BaseExceptio
 def requires_status(rt: Runtime, requires: Sequence[str]) -> list[dict[str, Any]]:
     """Where each required background migration stands: ``{migration, status, done}``.
 
-    Done means completed in the forward direction; a completed revert is not done.
+    Done means completed in the forward direction, or, with no state at all,
+    adopted by a baseline (status ``adopted``: the changelog has it from a
+    history that predates migronaut). A completed revert is not done.
     """
     if not requires:
         return []
     states = rt.store.get_many(requires)
+    missing = [name for name in requires if name not in states]
+    adopted = set(rt.adopted_of(missing)) if missing and rt.adopted_of is not None else set()
     rows = []
     for name in requires:
         state = states.get(name)
         if state is None:
-            rows.append({"migration": name, "status": "unregistered", "done": False})
+            done = name in adopted
+            rows.append(
+                {"migration": name, "status": "adopted" if done else "unregistered", "done": done}
+            )
         elif state.get("direction") == "revert":
             rows.append({"migration": name, "status": "reverted", "done": False})
         else:

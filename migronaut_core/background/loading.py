@@ -49,33 +49,39 @@ class BackgroundFiles:
             hit = self._cache.get(name)
         if hit is not None and hit.checksum == checksum:
             return hit
-        migration = files.load(file)
-        try:
-            declared, complete = self._declared(migration), True
-        except ConfigInvalidError as exc:
-            if not tolerant:
-                raise
-            self._warn_once(
-                f"definitions:{name}",
-                "the collection definitions do not load (%s); %s goes by the spec it was "
-                "registered with",
-                exc.message,
-                name,
-            )
-            declared, complete = None, False
-        loaded = self._resolved(migration, declared)
+        loaded, complete = self._resolve(files.load(file), tolerant=tolerant)
         if complete:  # never remember a file resolved without its definitions
             with self._cache_lock:
                 self._cache[name] = loaded
         return loaded
 
-    def resolve(self, migration: LoadedMigration) -> LoadedBackground:
+    def resolve(self, migration: LoadedMigration, *, tolerant: bool = False) -> LoadedBackground:
         """Resolve a background migration file against its collection's declared versioning.
 
+        :param tolerant: as for :meth:`load` (a registered migration's functions).
         :raises ConfigInvalidError: the spec is invalid, contradicts the declared
-            versioning, or the definitions do not load.
+            versioning, or (not ``tolerant``) the definitions do not load.
         """
-        return self._resolved(migration, self._declared(migration))
+        return self._resolve(migration, tolerant=tolerant)[0]
+
+    def _resolve(
+        self, migration: LoadedMigration, *, tolerant: bool
+    ) -> tuple[LoadedBackground, bool]:
+        """The resolved file, and whether its definitions were read (else it goes without)."""
+        try:
+            declared = self._declared(migration)
+        except ConfigInvalidError as exc:
+            if not tolerant:
+                raise
+            self._warn_once(
+                f"definitions:{migration.name}",
+                "the collection definitions do not load (%s); %s goes by the spec it was "
+                "registered with",
+                exc.message,
+                migration.name,
+            )
+            return self._resolved(migration, None), False
+        return self._resolved(migration, declared), True
 
     # -- collection definitions -----------------------------------------------------------
 

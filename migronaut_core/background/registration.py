@@ -20,16 +20,19 @@ from migronaut_core.background.lanes.driver import drive
 from migronaut_core.background.lifecycle import requires_status, try_unblock, waiting_for
 from migronaut_core.background.loading import BackgroundFiles
 from migronaut_core.background.runtime import LoadedBackground, Runtime
+from migronaut_core.background.spec import BackgroundSpec, read_stored
 from migronaut_core.config import Config
 from migronaut_core.errors import (
     BackgroundPendingError,
+    BaselineConflictError,
+    ConfigInvalidError,
     IrreversibleMigrationError,
     MigrationInvalidExportError,
 )
 from migronaut_core.files import LoadedMigration
 
 if TYPE_CHECKING:
-    from migronaut_core.runner import Direction, MigrationContext
+    from migronaut_core.runner import Direction, DownAction, MigrationContext
 
 log = logging.getLogger("migronaut_core.background")
 
@@ -54,7 +57,8 @@ class RunnerHooks:
         self._ready = ready
 
     def check(self, migration: LoadedMigration, direction: Direction) -> None:
-        """Everything that would make ``up``/``down`` fail, checked before anything is written."""
+        """Everything that would make ``up``/``down`` fail, checked before anything is
+        written; reads only (a preview calls it too)."""
         if migration.requires and direction == "up":
             self._check_requires(migration)
         if migration.kind != "background":
@@ -62,11 +66,41 @@ class RunnerHooks:
         if direction == "up":
             self.files.resolve(migration)
             return
-        self._ready()
-        state = self.runtime.store.get(migration.name)
-        spec = self.files.resolve(migration).spec
-        if not spec.reversible and state is not None and self._has_rewritten(state):
+        _, spec, state = self._registered_spec(migration)
+        if not spec.reversible and self._rewritten(migration.name, state):
             raise _irreversible(migration.name)
+
+    def prepare(self) -> None:
+        """Create the store's indexes: before a registration, which may run in a transaction."""
+        self._ready()
+
+    def down_action(self, migration: LoadedMigration) -> DownAction:
+        """What ``down`` would do with a background migration: ``revert`` or ``withdraw``."""
+        return "revert" if self._registered_spec(migration)[1].reversible else "withdraw"
+
+    def unfinished(self, requires: Sequence[str]) -> list[dict[str, Any]]:
+        """The requirements that have not completed, as ``{migration, status}``; reads only."""
+        rows = requires_status(self.runtime, requires)
+        return [
+            {"migration": row["migration"], "status": row["status"]}
+            for row in rows
+            if not row["done"]
+        ]
+
+    def check_adoptable(self, migration: LoadedMigration) -> None:
+        """A baseline adopts a background migration only when migronaut never registered it.
+
+        :raises BaselineConflictError: it has a state (a registration, a revert).
+        """
+        if migration.kind != "background":
+            return
+        state = self.runtime.store.get(migration.name, projection={"status": 1, "direction": 1})
+        if state is not None:
+            raise BaselineConflictError(
+                f"background migration {migration.name} has a state ({state.get('direction')}, "
+                f"{state.get('status')}): a baseline adopts only migrations migronaut never ran",
+                {"name": migration.name},
+            )
 
     def _check_requires(self, migration: LoadedMigration) -> None:
         migrations_dir = self.config.migrations_dir
@@ -78,6 +112,12 @@ class RunnerHooks:
                     "sequence",
                     {"name": migration.name, "requires": required},
                 )
+            if required > migration.name:
+                raise ConfigInvalidError(
+                    f"{migration.name} requires {required}, which sorts after it: `requires` "
+                    "must name earlier migrations (a later one could never be done first)",
+                    {"key": "requires", "name": migration.name, "requires": required},
+                )
             if files.load(files.find(migrations_dir, required)).kind != "background":
                 raise MigrationInvalidExportError(
                     f"{migration.name} requires {required}, which is not a background "
@@ -86,34 +126,51 @@ class RunnerHooks:
                 )
 
     def register(self, migration: LoadedMigration, ctx: MigrationContext) -> dict[str, Any]:
-        """``up`` of a background migration: register it (blocked while requirements are open)."""
-        self._ready()
+        """``up`` of a background migration: register it (blocked while requirements are open).
+
+        Writes through ``ctx.session`` (in the run's transaction when it has one). A
+        forward registration of this very file already there is one whose changelog
+        record was never written (a run killed between the two writes, without
+        transactions): it is completed as it stands, its progress kept.
+        """
         loaded = self.files.resolve(migration)
+        state = self.runtime.store.get(migration.name)
+        if _registered_as(state, loaded.checksum, "forward"):
+            assert state is not None
+            waits = list(state.get("waits_for") or [])
+            return {"status": state["status"], "direction": "forward", "waits_for": waits}
         waits = waiting_for(self.runtime, loaded.requires)
         status = "blocked" if waits else "pending"
         self.runtime.store.register(
             migration.name,
-            _registration(loaded, status=status, direction="forward", waits_for=waits),
+            _registration(loaded, loaded.spec, status=status, direction="forward", waits_for=waits),
             by=None,
+            session=ctx.session,
         )
         return {"status": status, "direction": "forward", "waits_for": waits}
 
     def revert(self, migration: LoadedMigration, ctx: MigrationContext) -> dict[str, Any]:
-        """``down``: register the way back, or withdraw one that has rewritten nothing."""
-        self._ready()
-        loaded = self.files.resolve(migration)
+        """``down``: register the way back, or withdraw one that has rewritten nothing.
+
+        Goes by the spec registered at ``up`` (the file's functions, whatever its
+        spec says now; collection definitions that do not load are passed over).
+        """
+        loaded, spec, state = self._registered_spec(migration)
         store = self.runtime.store
-        if loaded.spec.reversible:
+        if spec.reversible:
+            if _registered_as(state, loaded.checksum, "revert"):
+                assert state is not None
+                return {"status": state["status"], "direction": "revert", "waits_for": []}
             store.register(
                 migration.name,
-                _registration(loaded, status="pending", direction="revert", waits_for=[]),
+                _registration(loaded, spec, status="pending", direction="revert", waits_for=[]),
                 action="revert",
+                session=ctx.session,
             )
             return {"status": "pending", "direction": "revert", "waits_for": []}
-        state = store.get(migration.name)
-        if state is not None and self._has_rewritten(state):
+        if self._rewritten(migration.name, state):
             raise _irreversible(migration.name)
-        store.delete(migration.name)
+        store.delete(migration.name, session=ctx.session)
         return {"status": "withdrawn", "waits_for": []}
 
     def recorded(
@@ -132,14 +189,33 @@ class RunnerHooks:
 
     def waiting_for(self, requires: Sequence[str]) -> list[dict[str, Any]]:
         """The requirements that have not completed (driven to the end first in inline mode)."""
-        self._ready()
-        rows = [row for row in requires_status(self.runtime, requires) if not row["done"]]
+        rows = self.unfinished(requires)
         if rows and self.config.background_inline:
+            self._ready()
             for row in rows:
-                if row["status"] != "unregistered":
+                if row["status"] not in ("unregistered", "adopted"):
                     self._run_inline(row["migration"])
-            rows = [row for row in requires_status(self.runtime, requires) if not row["done"]]
-        return [{"migration": row["migration"], "status": row["status"]} for row in rows]
+            rows = self.unfinished(requires)
+        return rows
+
+    def _registered_spec(
+        self, migration: LoadedMigration
+    ) -> tuple[LoadedBackground, BackgroundSpec, dict[str, Any] | None]:
+        """The file, the spec it runs by and its state: the spec stored at registration
+        when there is one (the file may have been edited since), else the file's."""
+        state = self.runtime.store.get(migration.name)
+        if state is None or not state.get("spec"):
+            loaded = self.files.resolve(migration)
+            return loaded, loaded.spec, state
+        loaded = self.files.resolve(migration, tolerant=True)
+        return loaded, read_stored(state["spec"], name=migration.name), state
+
+    def _rewritten(self, name: str, state: dict[str, Any] | None) -> bool:
+        """Whether documents may be in the new shape: progress on its state, or adopted."""
+        if state is not None:
+            return self._has_rewritten(state)
+        adopted_of = self.runtime.adopted_of
+        return adopted_of is not None and name in adopted_of([name])
 
     def after_applied(self, migration: LoadedMigration, ctx: MigrationContext) -> None:
         if self.config.background_inline:
@@ -189,19 +265,33 @@ def unblock_dependents(rt: Runtime, name: str) -> None:
 
 
 def _registration(
-    loaded: LoadedBackground, *, status: str, direction: str, waits_for: list[str]
+    loaded: LoadedBackground,
+    spec: BackgroundSpec,
+    *,
+    status: str,
+    direction: str,
+    waits_for: list[str],
 ) -> dict[str, Any]:
     return {
         "status": status,
-        "mode": loaded.spec.mode,
+        "mode": spec.mode,
         "direction": direction,
-        "spec": loaded.spec.to_document(),
+        "spec": spec.to_document(),
         "checksum": loaded.checksum,
         "requires": list(loaded.requires) if direction == "forward" else [],
         "waits_for": waits_for,
-        "collection": loaded.spec.collection,
+        "collection": spec.collection,
         "description": loaded.description,
     }
+
+
+def _registered_as(state: dict[str, Any] | None, checksum: str, direction: str) -> bool:
+    """Whether ``state`` is a registration of this file in ``direction`` already."""
+    return (
+        state is not None
+        and state.get("direction", "forward") == direction
+        and state.get("checksum") == checksum
+    )
 
 
 def _irreversible(name: str) -> IrreversibleMigrationError:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -73,6 +73,9 @@ class Runtime:
     lock_collection: str
     ttl_seconds: float
     on_completed: Callable[[str], None] | None = None
+    #: Which of these names the changelog records as adopted (``migronaut baseline``):
+    #: an adopted background migration has no state and counts as completed.
+    adopted_of: Callable[[Sequence[str]], Collection[str]] | None = None
     #: Where shard keys and chunks are read (built from ``client`` when not given).
     catalog: ShardCatalog | None = None
     #: ``auto``: split sharded collections along their shard key; ``off``: by ``_id``.
