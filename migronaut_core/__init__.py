@@ -20,12 +20,14 @@ from migronaut_core.background.dry_run import DryRunReport, StepDryRunReport
 from migronaut_core.background.indexes import ConvergeReport
 from migronaut_core.background.lanes.lane import SliceResult
 from migronaut_core.background.views import BackgroundStatusView, PartitionView
+from migronaut_core.baseline import BaselineResult
 from migronaut_core.changelog import Actor
 from migronaut_core.config import Config, load_config
 from migronaut_core.errors import (
     BackgroundConflictError,
     BackgroundFailedError,
     BackgroundPendingError,
+    BaselineConflictError,
     ChecksumMismatchError,
     ConfigInvalidError,
     ConnectionFailedError,
@@ -44,6 +46,7 @@ from migronaut_core.errors import (
     TransactionsUnsupportedError,
 )
 from migronaut_core.kit import Migronaut
+from migronaut_core.preview import PlannedMigration, RunPlan
 from migronaut_core.runner import MigrationContext, RunOptions, RunResult, StatusRow
 
 __version__ = "0.1.0"
@@ -56,6 +59,8 @@ __all__ = [
     "BackgroundFailedError",
     "BackgroundPendingError",
     "BackgroundStatusView",
+    "BaselineConflictError",
+    "BaselineResult",
     "CancelToken",
     "ChecksumMismatchError",
     "Config",
@@ -81,8 +86,10 @@ __all__ = [
     "MigronautError",
     "NotAppliedError",
     "PartitionView",
+    "PlannedMigration",
     "RunAbortedError",
     "RunOptions",
+    "RunPlan",
     "RunResult",
     "SliceResult",
     "StatusRow",

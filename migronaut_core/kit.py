@@ -14,7 +14,7 @@ the work itself happens in the modules it calls.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
@@ -55,10 +55,13 @@ from migronaut_core.background.views import (
     read_statuses,
     registered_names,
 )
+from migronaut_core.baseline import BaselineResult
+from migronaut_core.baseline import baseline as adopt
 from migronaut_core.changelog import Actor
 from migronaut_core.config import Config, load_config
 from migronaut_core.errors import ConfigInvalidError, ConnectionFailedError, NotAppliedError
 from migronaut_core.lock import LockInfo
+from migronaut_core.preview import RunPlan, plan_down, plan_up
 from migronaut_core.required_indexes import ensure_indexes
 from migronaut_core.runner import (
     MigrationRunner,
@@ -183,6 +186,9 @@ class Migronaut:
         def on_completed(name: str) -> None:
             unblock_dependents(runtime, name)
 
+        def adopted_of(names: Sequence[str]) -> set[str]:
+            return self.runner.changelog.adopted_names(names)
+
         runtime = Runtime(
             db=self.db,
             client=self.client,
@@ -192,6 +198,7 @@ class Migronaut:
             lock_collection=self.config.lock_collection,
             ttl_seconds=self.config.lock_ttl_seconds,
             on_completed=on_completed,
+            adopted_of=adopted_of,
             shard_aware=self.config.background_shard_aware,
             telemetry=self._telemetry,
             bookkeeping=self.config.bookkeeping_collections,
@@ -278,6 +285,46 @@ class Migronaut:
     def status(self) -> list[StatusRow]:
         """Return one row per migration, oldest first."""
         return self.runner.status()
+
+    def plan_up(
+        self,
+        *,
+        to: str | None = None,
+        only: str | None = None,
+        allow_checksum_mismatch: bool = False,
+    ) -> RunPlan:
+        """What :meth:`up` would do now, in order, and the refusal it would meet; writes
+        nothing (no lock, no index). See :mod:`migronaut_core.preview`."""
+        return plan_up(
+            self.runner, to=to, only=only, allow_checksum_mismatch=allow_checksum_mismatch
+        )
+
+    def plan_down(self, *, to: str | None = None) -> RunPlan:
+        """What :meth:`down` would do now, newest first, and the refusal it would meet
+        (an irreversible target); writes nothing."""
+        return plan_down(self.runner, to=to)
+
+    def baseline(
+        self,
+        *,
+        to: str,
+        requested_by: str | None = None,
+        reason: str | None = None,
+        wait_for_lock_seconds: float = 0,
+    ) -> BaselineResult:
+        """Record every migration up to ``to`` as applied, adopted, without running it.
+
+        For a database that already has them. See :mod:`migronaut_core.baseline`.
+
+        :raises BaselineConflictError: a later migration is applied, or a background
+            one up to ``to`` was registered by migronaut.
+        """
+        opts = RunOptions(
+            wait_for_lock_seconds=wait_for_lock_seconds,
+            actor=Actor(requested_by=requested_by, reason=reason),
+        )
+        self._checked_first()
+        return adopt(self.runner, to=to, options=opts)
 
     def create(self, title: str, *, background: bool = False) -> Path:
         """Create a migration file from a template; needs no database."""

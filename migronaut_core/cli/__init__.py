@@ -20,6 +20,11 @@ exits 0 whatever the documents would do (the report says).
 ``background audit`` prints findings (changed or missing files, stalled runs,
 missing version indexes, dead watchers) and exits 0 whatever it found.
 
+``up --plan`` and ``down --plan`` print what the run would do and write nothing;
+they exit 0 when it would go, else with the code of the refusal it would meet.
+``migronaut baseline --to NAME`` records migrations up to NAME as applied (adopted)
+without running them.
+
 ``migronaut converge`` creates the version index of every declared collection
 (``collections`` / ``collections_dir``) and reports what it created; it never drops.
 
@@ -28,7 +33,8 @@ The modules:
 - :mod:`.entry_point` — :func:`main`: parse, set up logging, open the kit, call the
   command's handler, turn a :class:`MigronautError` into ``Type: message`` and its code;
 - :mod:`.parser` — :func:`build_parser`: every command, its arguments and its handler;
-- :mod:`.runner_commands` — ``up``, ``down``, ``status``, ``converge``, ``create``;
+- :mod:`.runner_commands` — ``up``, ``down``, ``baseline``, ``status``, ``converge``,
+  ``create``;
 - :mod:`.background_commands` — ``background ACTION`` (views, audit, verify, run,
   dry-run and the controls);
 - :mod:`.run_progress` — ``background run``'s progress on stderr and its Ctrl-C handling;

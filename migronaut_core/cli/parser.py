@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_runner_commands(commands: Any) -> None:
-    """Add ``up``, ``down``, ``status``, ``converge`` and ``create``."""
+    """Add ``up``, ``down``, ``baseline``, ``status``, ``converge`` and ``create``."""
     up = commands.add_parser("up", help="apply pending migrations")
     target = up.add_mutually_exclusive_group()
     target.add_argument("--to", metavar="NAME", help="apply pending ones up to NAME included")
@@ -57,6 +57,14 @@ def _add_runner_commands(commands: Any) -> None:
     down = commands.add_parser("down", help="revert the last migration, or all after --to")
     down.add_argument("--to", metavar="NAME", help="revert every migration applied after NAME")
     _add_run_options(down, runner.down)
+    for command in (up, down):
+        command.add_argument("--plan", action="store_true", help="preview; write nothing")
+
+    baseline = commands.add_parser(
+        "baseline", help="record migrations up to NAME as applied without running them"
+    )
+    baseline.add_argument("--to", metavar="NAME", required=True, help="the last one to adopt")
+    _add_run_options(baseline, runner.baseline)
 
     status = commands.add_parser("status", help="list migrations and whether they are applied")
     status.add_argument("--json", action="store_true", help="print JSON")

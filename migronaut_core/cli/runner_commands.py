@@ -1,19 +1,25 @@
-"""The runner's commands: ``up``, ``down``, ``status``, ``converge`` and ``create``.
+"""The runner's commands: ``up``, ``down``, ``baseline``, ``status``, ``converge``, ``create``.
 
 Each handler calls one method of the kit and prints its result as text, or as one
-JSON document with ``--json``; each returns 0 (failures raise :class:`MigronautError`).
+JSON document with ``--json``; each returns 0 (failures raise :class:`MigronautError`),
+except a ``--plan`` that shows a refusal: it exits with that error's code.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from migronaut_core import ConvergeReport, Migronaut, RunResult, StatusRow
+from migronaut_core import ConvergeReport, Migronaut, RunPlan, RunResult, StatusRow
 from migronaut_core.cli.output import emit
 
 
 def up(kit: Migronaut, args: argparse.Namespace) -> int:
     """Apply pending migrations (all, up to ``--to``, or ``--only`` one)."""
+    if args.plan:
+        plan = kit.plan_up(
+            to=args.to, only=args.only, allow_checksum_mismatch=args.allow_checksum_mismatch
+        )
+        return _print_plan(plan, as_json=args.json)
     result = kit.up(
         to=args.to,
         only=args.only,
@@ -29,6 +35,8 @@ def up(kit: Migronaut, args: argparse.Namespace) -> int:
 
 def down(kit: Migronaut, args: argparse.Namespace) -> int:
     """Revert the last migration, or every one applied after ``--to``."""
+    if args.plan:
+        return _print_plan(kit.plan_down(to=args.to), as_json=args.json)
     result = kit.down(
         to=args.to,
         requested_by=args.requested_by,
@@ -36,6 +44,23 @@ def down(kit: Migronaut, args: argparse.Namespace) -> int:
         wait_for_lock_seconds=args.wait,
     )
     _print_run(result, as_json=args.json)
+    return 0
+
+
+def baseline(kit: Migronaut, args: argparse.Namespace) -> int:
+    """Record every migration up to ``--to`` as applied (adopted) without running it."""
+    result = kit.baseline(
+        to=args.to,
+        requested_by=args.requested_by,
+        reason=args.reason,
+        wait_for_lock_seconds=args.wait,
+    )
+    if args.json:
+        emit(result.to_dict())
+        return 0
+    for name in result.adopted:
+        print(f"adopted    {name}")
+    print(f"{len(result.adopted)} adopted, {len(result.already_applied)} already applied")
     return 0
 
 
@@ -68,6 +93,29 @@ def _print_run(result: RunResult, *, as_json: bool) -> None:
         print(f"{item.status:<10} {item.name}  ({item.duration_ms} ms)")
     if result.stopped_at is not None:
         print(f"stopped    {result.stopped_at} waits for background migrations")
+
+
+def _print_plan(plan: RunPlan, *, as_json: bool) -> int:
+    """Print a plan; the exit status is its refusal's code (0 when the run would go)."""
+    if as_json:
+        emit(plan.to_dict())
+    else:
+        if not plan.migrations:
+            print("nothing to do")
+        for item in plan.migrations:
+            line = f"{item.action:<9} {item.name}  {item.kind}"
+            if item.requires:
+                line += f"  requires {', '.join(item.requires)}"
+            if item.waits_for:
+                waits = ", ".join(f"{e['migration']} ({e['status']})" for e in item.waits_for)
+                line += f"  waits for {waits}"
+            if item.refusal is not None:
+                line += f"  REFUSED: {item.refusal.code}"
+            print(line)
+        if plan.refusal is not None:
+            refusal = plan.refusal
+            print(f"the run would be refused: {type(refusal).__name__}: {refusal.message}")
+    return 0 if plan.refusal is None else plan.refusal.exit_code
 
 
 def _print_converge(report: ConvergeReport, *, as_json: bool) -> None:
@@ -104,6 +152,8 @@ def _print_status(rows: list[StatusRow], *, as_json: bool) -> None:
             flags.append("file missing")
         if row.last_error:
             flags.append(f"last attempt failed: {row.last_error.get('code')}")
+        if row.adopted:
+            flags.append("adopted")
         when = row.applied_at or "-"
         kind = row.kind or "?"
         extra = f"  [{'; '.join(flags)}]" if flags else ""
