@@ -193,7 +193,7 @@ class RunnerHooks:
         if rows and self.config.background_inline:
             self._ready()
             for row in rows:
-                if row["status"] not in ("unregistered", "adopted"):
+                if row["status"] != "unregistered":
                     self._run_inline(row["migration"])
             rows = self.unfinished(requires)
         return rows
