@@ -76,10 +76,11 @@ class Config:
         its shard key when it can; ``"off"`` keeps ``_id`` ranges everywhere.
     :param background_drift: how drift after completion is found: ``"poll"``
         (verify passes only), ``"stream"`` (the live watcher; verify skips the
-        collections a fresh watcher streams) or ``"both"`` (same skipping, and
-        audit reports dead watchers in either).
-    :param background_on_drift: what verify does with a drifted migration when
-        not told: ``"reopen"`` it or only ``"report"`` it.
+        collections a fresh watcher streams) or ``"both"`` (the watcher, and
+        verify polls every collection); audit reports dead watchers in either
+        stream mode.
+    :param background_on_drift: what verify and the watcher do with drift they
+        find when not told: ``"reopen"`` the migration or only ``"report"`` it.
     :param ensure_indexes: create the indexes migronaut needs (its own
         collections', and the version indexes ``converge`` makes); ``False``, for
         a user without index-creation rights, only checks that they exist and

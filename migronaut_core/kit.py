@@ -579,8 +579,9 @@ class Migronaut:
         """Find old-shape documents that reappeared after completion; reopen or report.
 
         :param on_drift: ``reopen`` or ``report``; default: ``background_on_drift``.
-            In drift mode ``stream``/``both`` (``background_drift``), collections
-            whose watcher is streaming and fresh are skipped.
+            In drift mode ``stream`` (``background_drift``) the poll is the safety
+            net: collections whose watcher is streaming and fresh are skipped. In
+            ``both`` it polls every collection, streamed or not.
         :returns: ``{checked, drifted: [{migration, collection, action}], skipped}``.
         """
         actor = Actor(requested_by=requested_by, reason=reason) if requested_by or reason else None
@@ -588,7 +589,7 @@ class Migronaut:
         checked = "report" if chosen == "report" else _reopen_only(chosen)
         self._ready()
         streamed: set[str] = set()
-        if self.config.background_drift in ("stream", "both"):
+        if self.config.background_drift == "stream":
             streamed = set(self._watch_store().streaming_collections())
         return drift.verify(
             self.runtime, on_drift=checked, collections=collections, actor=actor, streamed=streamed
@@ -614,7 +615,7 @@ class Migronaut:
         self,
         *,
         collections: list[str] | None = None,
-        on_drift: str = "reopen",
+        on_drift: str | None = None,
         cancel: CancelToken | None = None,
         batch_size: int = 100,
         batch_ms: int = 200,
@@ -631,7 +632,8 @@ class Migronaut:
         (the resume token is saved after each batch). ``on_drift``: what to do
         with old-shape documents it cannot upgrade itself — those found by the
         probe of a fresh start, or whose upgrade failed: ``reopen`` the
-        migration or only ``report`` them.
+        migration or only ``report`` them (a ``background:drift`` event);
+        default: ``background_on_drift``.
 
         :returns: a :class:`~migronaut_core.background.drift.watch.Watcher` with
             ``running``, ``status()`` and ``stop()``; ``cancel`` stops it too.
@@ -641,7 +643,7 @@ class Migronaut:
         settings = watching.watch_settings(
             ttl_seconds=self.config.lock_ttl_seconds,
             collections=collections,
-            on_drift=on_drift,
+            on_drift=self.config.background_on_drift if on_drift is None else on_drift,
             batch_size=batch_size,
             batch_ms=batch_ms,
             refresh_seconds=refresh_seconds,

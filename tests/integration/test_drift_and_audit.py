@@ -192,6 +192,25 @@ def test_stream_mode_skips_a_collection_a_fresh_watcher_streams(
             watcher.stop()
 
 
+def test_both_mode_polls_what_a_watcher_streams_too(
+    kit: Migronaut, mongo_uri: str, db: Db, migrations: Path
+) -> None:
+    # ``both`` polls and streams: the poll is not the safety net of ``stream`` but a
+    # full probe of its own, so a streamed collection's old-shape documents are found.
+    old_release_writes(db, 5)
+    with kit.watch_background(on_drift="report", refresh_seconds=1.0) as watcher:
+        wait_until(
+            lambda: [row["state"] for row in watcher.status()] == ["streaming"],
+            what="the stream",
+        )
+        with make_kit(mongo_uri, db, migrations, background_drift="both") as both:
+            assert both.verify_background(on_drift="report") == {
+                "checked": 1,
+                "drifted": [{"migration": SPLIT_NAME, "collection": "users", "action": "reported"}],
+                "skipped": 0,
+            }
+
+
 # -- audit ------------------------------------------------------------------------------
 
 

@@ -275,6 +275,27 @@ def test_lost_history_falls_back_to_a_probe_and_a_fresh_stream(
     assert db.users.find_one({"_id": 4000})["_v"] == 1  # type: ignore[index]
 
 
+def test_the_watchers_action_defaults_to_background_on_drift(
+    kit: Migronaut, mongo_uri: str, db: Database[dict[str, Any]], tmp_path: Path
+) -> None:
+    # Written while nobody watched: the probe of the fresh start finds it, and the
+    # configured ``report`` (no ``on_drift`` given) leaves the migration completed.
+    db.users.insert_one(old_shape(9000))
+    events: list[dict[str, Any]] = []
+    with make_kit(
+        mongo_uri, db, tmp_path / "migrations", background_on_drift="report"
+    ) as reporting:
+        reporting.on("background:drift", lambda name, payload: events.append(payload))
+        with reporting.watch_background(refresh_seconds=1.0) as watcher:
+            wait_until(lambda: streaming(watcher), what="the stream")
+            wait_until(lambda: events, what="the probe's finding")
+    assert events == [
+        {"migration": SPLIT_NAME, "collection": "users", "source": "verify", "action": "reported"}
+    ]
+    assert kit.background_status(SPLIT_NAME)["status"] == "completed"
+    assert db.users.find_one({"_id": 9000})["_v"] == 1  # type: ignore[index]
+
+
 def test_the_watcher_refuses_a_standalone_server(
     standalone_uri: str,
     tmp_path: Path,

@@ -35,8 +35,9 @@ def verify(
 ) -> dict[str, Any]:
     """Probe every completed forward migration once; reopen or report the drifted ones.
 
-    :param streamed: collections a live, fresh watcher streams (drift mode
-        ``stream``/``both``): not probed, counted in ``skipped``.
+    :param streamed: collections a live, fresh watcher streams, left to it in
+        drift mode ``stream`` (in ``both`` the poll probes them too): not probed,
+        counted in ``skipped``.
     :returns: ``{checked, drifted: [{migration, collection, action}], skipped}``.
     """
     if on_drift not in ("reopen", "report"):
