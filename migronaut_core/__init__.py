@@ -17,7 +17,7 @@ from migronaut_core.background.control.actions import (
 )
 from migronaut_core.background.coordinator import Answer, Driver
 from migronaut_core.background.dry_run import DryRunReport, StepDryRunReport
-from migronaut_core.background.indexes import ConvergeReport
+from migronaut_core.background.indexes import ConvergeReport, PruneReport
 from migronaut_core.background.lanes.lane import SliceResult
 from migronaut_core.background.views import BackgroundStatusView, PartitionView
 from migronaut_core.baseline import BaselineResult
@@ -87,6 +87,7 @@ __all__ = [
     "NotAppliedError",
     "PartitionView",
     "PlannedMigration",
+    "PruneReport",
     "RunAbortedError",
     "RunOptions",
     "RunPlan",

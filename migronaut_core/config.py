@@ -61,7 +61,8 @@ class Config:
     :param changelog_collection: one record per applied migration.
     :param lock_collection: the run lock, coordinator locks and watcher leaders.
     :param background_collection: prefix of the background migration collections
-        (``<prefix>``, ``<prefix>_partitions``, ``<prefix>_watch``).
+        (``<prefix>``, ``<prefix>_partitions``, ``<prefix>_watch``,
+        ``<prefix>_converge_log``).
     :param lock_ttl_seconds: how long a lock outlives a holder that stopped renewing it.
     :param use_transaction: run each regular migration and its changelog record in
         one transaction (needs a replica set or sharded cluster).
@@ -119,6 +120,7 @@ class Config:
             background.state,
             background.partitions,
             background.watch,
+            background.converge_log,
         )
 
     def database_name(self) -> str:
@@ -143,15 +145,24 @@ class Config:
 
 @dataclass(frozen=True, slots=True)
 class BackgroundCollections:
-    """Names of the collections that hold background migration state."""
+    """Names of the collections that hold background migration state.
+
+    ``converge_log``: every index converge created or dropped (what, when, by whom).
+    """
 
     state: str
     partitions: str
     watch: str
+    converge_log: str
 
     @classmethod
     def from_prefix(cls, prefix: str) -> BackgroundCollections:
-        return cls(state=prefix, partitions=f"{prefix}_partitions", watch=f"{prefix}_watch")
+        return cls(
+            state=prefix,
+            partitions=f"{prefix}_partitions",
+            watch=f"{prefix}_watch",
+            converge_log=f"{prefix}_converge_log",
+        )
 
 
 _FIELD_TYPES: Mapping[str, tuple[type, ...]] = {

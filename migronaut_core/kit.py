@@ -45,7 +45,13 @@ from migronaut_core.background.loading import BackgroundFiles
 from migronaut_core.background.registration import RunnerHooks, runnable, unblock_dependents
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.spec import check_slice_ms
-from migronaut_core.background.store import BackgroundStore, WatchStore, watch_view
+from migronaut_core.background.store import (
+    BackgroundStore,
+    ConvergeLog,
+    WatchStore,
+    converge_entry_view,
+    watch_view,
+)
 from migronaut_core.background.telemetry import Telemetry
 from migronaut_core.background.views import (
     BackgroundStatusView,
@@ -334,25 +340,65 @@ class Migronaut:
         """Return who holds the run lock, if anyone ever took it."""
         return self.runner.run_lock(Actor()).inspect()
 
-    def converge(self) -> ConvergeReport:
+    def converge(
+        self,
+        *,
+        prune: bool = False,
+        requested_by: str | None = None,
+        reason: str | None = None,
+    ) -> ConvergeReport:
         """Create the version index of every declared collection (``collections``,
         ``collections_dir``) that declares versioning.
 
         ``{field: 1, _id: 1}``, or on a sharded collection the variant carrying
-        the shard key (see :mod:`migronaut_core.background.indexes`). Creates, never drops;
-        idempotent. With ``ensure_indexes = false`` it creates nothing and only
-        checks that each one exists.
+        the shard key (see :mod:`migronaut_core.background.indexes`); idempotent.
+        Every index it creates (or drops) is recorded in the converge log with
+        ``requested_by`` (default: the OS user) and ``reason``. With
+        ``ensure_indexes = false`` it creates nothing (and records nothing): it
+        only checks that each one exists.
 
-        :returns: what was created and what existed, collection by collection.
-        :raises ConfigInvalidError: the collection definitions do not load.
+        :param prune: then drop the version indexes converge created that no
+            declared collection wants any more — never an index it did not
+            create, never one the shard key may need, never one a background
+            migration not completed reads through (those are reported kept).
+        :returns: what was created and what existed, collection by collection,
+            and what prune dropped or kept.
+        :raises ConfigInvalidError: the collection definitions do not load, or
+            ``prune`` with ``ensure_indexes = false`` (before anything is done).
         :raises IndexMissingError: ``ensure_indexes = false`` and some are missing.
         """
+        actor = with_default_user(Actor(requested_by=requested_by, reason=reason))
         report = converge_collections(
-            self.runtime, self._files.definitions(), create=self.config.ensure_indexes
+            self.runtime,
+            self._files.definitions(),
+            self._converge_log(),
+            actor=actor,
+            create=self.config.ensure_indexes,
+            prune_undeclared=prune,
         )
-        for collection in report.collections:
-            self.runtime.forget_indexes(collection.collection)
+        touched = [item.collection for item in report.collections]
+        for collection in {*touched, *(item.collection for item in report.pruned)}:
+            self.runtime.forget_indexes(collection)
         return report
+
+    def converge_log(
+        self, *, collection: str | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """What converge created and dropped, newest first; reads only.
+
+        Each entry: ``collection``, ``action`` (``created``/``dropped``),
+        ``index`` (its name), ``key``, ``at``, ``by`` (requested_by, reason,
+        host, pid).
+
+        :raises ConfigInvalidError: ``limit`` is not a positive integer.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigInvalidError("limit must be a positive integer", {"key": "limit"})
+        entries = self._converge_log().read(collection, limit)
+        return [converge_entry_view(entry) for entry in entries]
+
+    def _converge_log(self) -> ConvergeLog:
+        return ConvergeLog(self.db, self.config.background_collections.converge_log)
 
     # -- background migrations ------------------------------------------------------------
 

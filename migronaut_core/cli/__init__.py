@@ -26,7 +26,10 @@ they exit 0 when it would go, else with the code of the refusal it would meet.
 without running them.
 
 ``migronaut converge`` creates the version index of every declared collection
-(``collections`` / ``collections_dir``) and reports what it created; it never drops.
+(``collections`` / ``collections_dir``) and reports what it created, recorded in the
+converge log (``--log`` prints it); ``--prune`` also drops the version indexes
+converge created that nothing declares any more (never a user's, never one a
+shard key may need).
 
 The modules:
 

@@ -73,6 +73,13 @@ def _add_runner_commands(commands: Any) -> None:
     converge = commands.add_parser(
         "converge", help="create the version index of every declared collection"
     )
+    converge.add_argument(
+        "--prune", action="store_true", help="drop version indexes converge made, now undeclared"
+    )
+    converge.add_argument("--requested-by", help="who asks (default: OS user); in the log")
+    converge.add_argument("--reason", help="why; recorded in the converge log")
+    converge.add_argument("--log", action="store_true", help="print the converge log instead")
+    converge.add_argument("--collection", help="(with --log) only this collection's entries")
     converge.add_argument("--json", action="store_true", help="print JSON")
     converge.set_defaults(handler=runner.converge)
 

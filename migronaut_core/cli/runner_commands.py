@@ -8,6 +8,7 @@ except a ``--plan`` that shows a refusal: it exits with that error's code.
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from migronaut_core import ConvergeReport, Migronaut, RunPlan, RunResult, StatusRow
 from migronaut_core.cli.output import emit
@@ -71,8 +72,15 @@ def status(kit: Migronaut, args: argparse.Namespace) -> int:
 
 
 def converge(kit: Migronaut, args: argparse.Namespace) -> int:
-    """Create the version index of every declared collection."""
-    _print_converge(kit.converge(), as_json=args.json)
+    """Create the version index of every declared collection (``--prune``: drop undeclared ones).
+
+    With ``--log``, print the converge log instead and change nothing.
+    """
+    if args.log:
+        _print_converge_log(kit.converge_log(collection=args.collection), as_json=args.json)
+        return 0
+    report = kit.converge(prune=args.prune, requested_by=args.requested_by, reason=args.reason)
+    _print_converge(report, as_json=args.json)
     return 0
 
 
@@ -124,17 +132,42 @@ def _print_converge(report: ConvergeReport, *, as_json: bool) -> None:
         return
     if not report.collections:
         print("no declared collections")
-        return
     for item in report.collections:
         if item.action == "skipped":
             print(f"skipped  {item.collection}  (no versioning declared)")
             continue
-        pattern = ", ".join(f"{name}: {kind}" for name, kind in (item.index or {}).items())
         shard = "  [shard key]" if item.sharding == "shard" and item.note is None else ""
-        print(f"{item.action:<8} {item.collection}  {item.name}  {{{pattern}}}{shard}")
+        print(
+            f"{item.action:<8} {item.collection}  {item.name}  {_pattern(item.index or {})}{shard}"
+        )
         if item.note:
             print(f"         {item.note}")
-    print(f"{len(report.created)} index(es) created")
+    for pruned in report.pruned:
+        print(f"{pruned.action:<8} {pruned.collection}  {pruned.name}  {_pattern(pruned.index)}")
+        if pruned.note:
+            print(f"         {pruned.note}")
+    dropped = f", {len(report.dropped)} dropped" if report.pruned else ""
+    print(f"{len(report.created)} index(es) created{dropped}")
+
+
+def _print_converge_log(entries: list[dict[str, Any]], *, as_json: bool) -> None:
+    if as_json:
+        emit(entries)
+        return
+    if not entries:
+        print("converge has created no index yet")
+    for entry in entries:
+        by = entry["by"]
+        who = f"{by.get('requested_by') or '?'} on {by.get('host') or '?'} pid {by.get('pid')}"
+        why = f" ({by['reason']})" if by.get("reason") else ""
+        print(
+            f"{entry['at']}  {entry['action']:<8} {entry['collection']}  {entry['index']}  "
+            f"{_pattern(entry['key'])}  by {who}{why}"
+        )
+
+
+def _pattern(index: dict[str, Any]) -> str:
+    return "{" + ", ".join(f"{name}: {kind}" for name, kind in index.items()) + "}"
 
 
 def _print_status(rows: list[StatusRow], *, as_json: bool) -> None:

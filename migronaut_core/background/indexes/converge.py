@@ -4,10 +4,14 @@ Today that is the *version index* every background migration over a declared
 collection reads through: which one is the rule of
 :mod:`~migronaut_core.background.indexes.rules` (:func:`wanted_version_index`).
 
-Converge only creates. An index that already has the wanted key (under any
-name) is left as it is, and no index is ever dropped — a shard key's index
-least of all. Creating an index is idempotent, so converge is safe to run on
-every deploy and from several processes at once.
+Converge creates. An index that already has the wanted key (under any name) is
+left as it is. Each index it creates is recorded in the converge log (what,
+when, by whom); with ``prune`` it then drops the ones it created that nothing
+declares any more (:mod:`~migronaut_core.background.indexes.prune`: never a
+user's index, never one a shard key may need), recorded too. Creating an index
+is idempotent, and a converge that finds another one built it first reports
+``exists``: converge is safe to run on every deploy and from several processes
+at once.
 """
 
 from __future__ import annotations
@@ -17,16 +21,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from migronaut_core.background.indexes.prune import PruneReport, prune
 from migronaut_core.background.indexes.rules import (
+    IndexKey,
     check_version_indexes,
     same_index_key,
     wanted_version_index,
 )
 from migronaut_core.definitions import CollectionDefinition
+from migronaut_core.errors import ConfigInvalidError
 from migronaut_core.required_indexes import RequiredIndex, missing_error
 
 if TYPE_CHECKING:
     from migronaut_core.background.runtime import Runtime
+    from migronaut_core.background.store import ConvergeLog
+    from migronaut_core.changelog import Actor
 
 __all__ = ["ConvergeReport", "IndexReport", "converge"]
 
@@ -71,23 +80,41 @@ class IndexReport:
 
 @dataclass(frozen=True, slots=True)
 class ConvergeReport:
-    """Everything one converge did, collection by collection."""
+    """Everything one converge did, collection by collection, then what prune did."""
 
     collections: tuple[IndexReport, ...]
+    pruned: tuple[PruneReport, ...] = ()
 
     @property
     def created(self) -> tuple[IndexReport, ...]:
         """The indexes this converge created."""
         return tuple(item for item in self.collections if item.action == "created")
 
+    @property
+    def dropped(self) -> tuple[PruneReport, ...]:
+        """The indexes this converge's prune dropped."""
+        return tuple(item for item in self.pruned if item.action == "dropped")
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "collections": [item.to_dict() for item in self.collections],
             "created": len(self.created),
+            "pruned": [item.to_dict() for item in self.pruned],
+            "dropped": len(self.dropped),
         }
 
 
-def _converge_one(rt: Runtime, definition: CollectionDefinition, create: bool) -> IndexReport:
+@dataclass(frozen=True, slots=True)
+class _Recording:
+    """Where and as whom a converge records what it creates and drops."""
+
+    log: ConvergeLog
+    actor: Actor
+
+
+def _converge_one(
+    rt: Runtime, definition: CollectionDefinition, recording: _Recording | None
+) -> IndexReport:
     versioning = definition.versioning
     if versioning is None:
         return IndexReport(definition.name, "skipped")
@@ -99,27 +126,73 @@ def _converge_one(rt: Runtime, definition: CollectionDefinition, create: bool) -
             return IndexReport(
                 definition.name, "exists", dict(key), str(index["name"]), sharding, note
             )
-    if not create:  # dropped since it was checked: still never created here
+    if recording is None:  # dropped since it was checked: still never created here
         raise missing_error([RequiredIndex(definition.name, tuple(key))])
-    name = collection.create_index(key)
+    name = "_".join(f"{field}_{kind}" for field, kind in key)  # the server's default name
+    if not _create(rt, definition.name, key, name):
+        return IndexReport(definition.name, "exists", dict(key), name, sharding, note)
+    recording.log.record(
+        collection=definition.name, action="created", name=name, key=key, actor=recording.actor
+    )
     log.info("converge: created the version index %s on %s", name, definition.name)
     return IndexReport(definition.name, "created", dict(key), name, sharding, note)
 
 
+def _create(rt: Runtime, collection: str, key: IndexKey, name: str) -> bool:
+    """Create the index; whether this call made it (False: a concurrent converge was first).
+
+    Behind a ``mongos`` the reply holds one reply per shard (``raw``).
+    """
+    index = {"key": dict(key), "name": name}
+    reply = rt.db.command({"createIndexes": collection, "indexes": [index]})
+    replies = list(reply["raw"].values()) if "raw" in reply else [reply]
+    # The count's rise can be hidden by a concurrent prune's drop; the server adds a
+    # note exactly when it built nothing.
+    return any(
+        int(one.get("numIndexesAfter", 0)) > int(one.get("numIndexesBefore", 0))
+        or ("numIndexesAfter" in one and "note" not in one)
+        for one in replies
+    )
+
+
 def converge(
-    rt: Runtime, definitions: Sequence[CollectionDefinition], *, create: bool = True
+    rt: Runtime,
+    definitions: Sequence[CollectionDefinition],
+    converge_log: ConvergeLog,
+    *,
+    actor: Actor,
+    create: bool = True,
+    prune_undeclared: bool = False,
 ) -> ConvergeReport:
     """Create the version index of every declared collection that has versioning.
 
-    Idempotent; creates, never drops. Which index: :func:`wanted_version_index`.
+    Idempotent. Which index: :func:`wanted_version_index`. Each creation is
+    recorded in ``converge_log`` with ``actor``.
 
     :param create: false (``ensure_indexes = false``): create nothing, only check
         that every one exists (each is then reported ``exists``).
-    :returns: one :class:`IndexReport` per definition, in order.
+    :param prune_undeclared: then drop the indexes converge created that no
+        declared collection wants any more (see
+        :mod:`~migronaut_core.background.indexes.prune`); new indexes exist before
+        old ones go.
+    :returns: one :class:`IndexReport` per definition, in order, and what prune did.
     :raises IndexMissingError: ``create`` is false and some are missing.
+    :raises ConfigInvalidError: ``prune_undeclared`` without ``create`` (nothing
+        is written).
     """
+    if prune_undeclared and not create:
+        raise ConfigInvalidError(
+            "converge --prune drops indexes, which ensure_indexes = false leaves to an "
+            "administrator: prune with ensure_indexes = true",
+            {"key": "ensure_indexes"},
+        )
     if not create:
         check_version_indexes(rt, definitions)
-    return ConvergeReport(
-        tuple(_converge_one(rt, definition, create) for definition in definitions)
-    )
+    recording = _Recording(converge_log, actor) if create else None
+    reports = tuple(_converge_one(rt, definition, recording) for definition in definitions)
+    if not prune_undeclared:
+        return ConvergeReport(reports)
+    wanted: dict[str, IndexKey] = {
+        item.collection: list(item.index.items()) for item in reports if item.index is not None
+    }
+    return ConvergeReport(reports, prune(rt, wanted, converge_log, actor=actor))

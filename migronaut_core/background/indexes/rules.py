@@ -22,7 +22,10 @@ order, same directions, ``1`` and ``1.0`` alike):
   (:func:`probe_index`); the audit asks the same question
   (:func:`has_probe_index`);
 - with ``ensure_indexes = false`` nothing creates it: :func:`check_version_indexes`
-  names every declared collection that lacks the index it needs.
+  names every declared collection that lacks the index it needs;
+- an index whose key starts with the collection's shard key may back that key,
+  so it is never dropped (:func:`backs_shard_key`); nor is any index of a
+  sharded collection whose key cannot be read (:func:`drop_refusal`).
 """
 
 from __future__ import annotations
@@ -33,7 +36,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pymongo.errors import PyMongoError
 
-from migronaut_core.background.planning.shard import UNKNOWN, sharded_version_index_key
+from migronaut_core.background.planning.shard import (
+    UNKNOWN,
+    Sharding,
+    ShardKey,
+    sharded_version_index_key,
+)
 from migronaut_core.required_indexes import (
     RequiredIndex,
     key_direction,
@@ -49,7 +57,9 @@ if TYPE_CHECKING:
 __all__ = [
     "IndexKey",
     "WantedIndex",
+    "backs_shard_key",
     "check_version_indexes",
+    "drop_refusal",
     "has_index",
     "has_probe_index",
     "probe_hint",
@@ -204,3 +214,34 @@ def has_probe_index(rt: Runtime, collection: str, field: str) -> bool:
     except PyMongoError:
         return False
     return probe_index(keys, field) is not None
+
+
+# -- what may never be dropped -----------------------------------------------------------
+
+
+def backs_shard_key(key: Mapping[str, Any], shard_key: ShardKey) -> bool:
+    """Whether an index's key starts with the shard key (same fields, order and kinds).
+
+    Such an index can be the one the shard key needs (a sharded collection keeps
+    at least one); which of several does is the cluster's business, so every one
+    counts.
+    """
+    wanted = shard_key.fields
+    have = list(key.items())[: len(wanted)]
+    return len(have) == len(wanted) and same_index_key(dict(have), wanted)
+
+
+def drop_refusal(key: Mapping[str, Any], sharding: Sharding | object | None) -> str | None:
+    """Why an index of a collection with these shard facts must not be dropped, or None.
+
+    :param sharding: the collection's :class:`Sharding`, ``None`` when it is not
+        sharded, or :data:`UNKNOWN` when the shard key cannot be read (then no
+        index is dropped: any could be the one the key needs).
+    """
+    if sharding is None:
+        return None
+    if sharding is UNKNOWN or not isinstance(sharding, Sharding):
+        return "the shard key cannot be read (config needs clusterMonitor): it may need this index"
+    if backs_shard_key(key, sharding.key):
+        return "the shard key needs it (its key starts with the shard key)"
+    return None

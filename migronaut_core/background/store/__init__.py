@@ -4,7 +4,8 @@
   compare-and-set, the caps on what a state keeps);
 - :mod:`.partitions`: the partitions of its plans and the leases lanes hold
   on them (claims, checkpoints, release, reap, the roll-up sums);
-- :mod:`.watch`: the drift watcher's rows, one per watched collection.
+- :mod:`.watch`: the drift watcher's rows, one per watched collection;
+- :mod:`.converge_log`: every index converge created or dropped.
 
 :class:`BackgroundStore` is the one handle callers use for the first two;
 every name a caller may import is re-exported here.
@@ -12,6 +13,11 @@ every name a caller may import is re-exported here.
 
 from __future__ import annotations
 
+from migronaut_core.background.store.converge_log import (
+    ConvergeAction,
+    ConvergeLog,
+    converge_entry_view,
+)
 from migronaut_core.background.store.partitions import (
     OPEN_STATUSES,
     Claim,
@@ -55,12 +61,15 @@ __all__ = [
     "WATCH_COUNTERS",
     "BackgroundStore",
     "Claim",
+    "ConvergeAction",
+    "ConvergeLog",
     "Document",
     "Fence",
     "GenerationTotals",
     "Lease",
     "PartitionCounts",
     "WatchStore",
+    "converge_entry_view",
     "live_leases_filter",
     "newer_schema",
     "open_partitions_filter",
