@@ -8,7 +8,7 @@ Importing this package never imports Airflow.
 
 from __future__ import annotations
 
-from migronaut_core.background.audit import Finding
+from migronaut_core.audit import Finding
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.control.actions import (
     CONTROL_ACTIONS,

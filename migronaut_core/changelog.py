@@ -123,6 +123,10 @@ class Changelog:
         """Return every record (applied and failed) by migration name."""
         return {doc["_id"]: ChangelogRecord.from_document(doc) for doc in self._collection.find({})}
 
+    def documents(self) -> list[dict[str, Any]]:
+        """Every record as stored, unread: the audit judges the malformed ones."""
+        return list(self._collection.find({}).sort("_id", 1))
+
     def applied(self) -> dict[str, ChangelogRecord]:
         return {
             doc["_id"]: ChangelogRecord.from_document(doc)

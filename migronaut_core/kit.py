@@ -25,8 +25,9 @@ from pymongo.database import Database
 from pymongo.errors import ConfigurationError, PyMongoError
 
 from migronaut_core import files
+from migronaut_core.audit import Finding, audit_runner
+from migronaut_core.audit import fold as fold_findings
 from migronaut_core.background import audit as audits
-from migronaut_core.background.audit import Finding
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.control import actions as controls
 from migronaut_core.background.control.actions import ControlAction, ControlResult
@@ -656,6 +657,25 @@ class Migronaut:
             watch=self._watch_store() if self.config.background_drift != "poll" else None,
             stale_after_seconds=stale_after_seconds,
         )
+
+    def audit(self, *, stale_after_seconds: float = 15 * 60.0) -> list[Finding]:
+        """Everything that needs an operator's look, general then background; read-only.
+
+        The run lock (held, or stale: a killed run), the collection definitions
+        (do they load), every migration (pending, failed, its file changed since
+        it was applied or gone, its file does not load), the changelog records
+        (readable), and the background findings of :meth:`audit_background`;
+        each fact once (see :mod:`migronaut_core.audit`). A finding with
+        severity ``error`` is something a run would refuse or trip over.
+        """
+        general = audit_runner(
+            lock=self.inspect_lock(),
+            records=self.runner.changelog.documents(),
+            migrations_dir=self.config.migrations_dir,
+            definitions=self._files.definitions,
+        )
+        background = self.audit_background(stale_after_seconds=stale_after_seconds)
+        return fold_findings(general, background)
 
     def watch_background(
         self,

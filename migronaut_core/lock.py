@@ -50,6 +50,11 @@ class LockInfo:
     expires_at: datetime
     held: bool
 
+    @property
+    def stale(self) -> bool:
+        """Not held, yet never released: its holder stopped renewing it (a killed run)."""
+        return not self.held and self.expires_at.replace(tzinfo=None) > _EPOCH
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,

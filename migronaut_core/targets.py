@@ -72,14 +72,21 @@ def check_checksums(
 
     :raises ChecksumMismatchError: one did, and ``allow_mismatch`` is off.
     """
-    changed = [
-        item.name
-        for item in available
-        if item.name in applied and item.checksum() != applied[item.name].checksum
-    ]
+    changed = changed_since_applied(available, applied)
     if changed and not allow_mismatch:
         raise ChecksumMismatchError(
             f"applied migration file(s) changed since they were applied: {', '.join(changed)}"
             "; restore them, or run with allow_checksum_mismatch",
             {"names": changed},
         )
+
+
+def changed_since_applied(
+    available: list[MigrationFile], applied: dict[str, ChangelogRecord]
+) -> list[str]:
+    """The applied migrations whose file changed since they were applied, in name order."""
+    return [
+        item.name
+        for item in available
+        if item.name in applied and item.checksum() != applied[item.name].checksum
+    ]

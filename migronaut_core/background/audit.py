@@ -16,51 +16,29 @@
   leader stopped writing it (only when a watcher is expected: drift mode
   ``stream``/``both``).
 
+Each is a :class:`~migronaut_core.audit.Finding`, the one shape of the general
+audit (``migronaut audit``), which folds these in.
 Messages name migrations, collections, fields and times, never document values.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from migronaut_core import files
+from migronaut_core.audit import Finding, FindingKind, Severity
 from migronaut_core.background.indexes import has_probe_index
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.store import STREAMING_FRESH_SECONDS, WatchStore
 from migronaut_core.errors import MigronautError
 
+__all__ = ["STALE_AFTER_SECONDS", "Finding", "FindingKind", "Severity", "audit"]
+
 #: A running migration without progress for this long (and no live lease) is stalled.
 STALE_AFTER_SECONDS = 15 * 60.0
-
-FindingKind = Literal[
-    "checksum_changed", "file_missing", "stalled", "missing_version_index", "dead_watcher"
-]
-Severity = Literal["warning", "error"]
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One audit finding.
-
-    :param kind: what was found (see the module docstring).
-    :param migration: the migration it concerns, if any.
-    :param collection: the collection it concerns, if any.
-    :param message: what and what to do; never document values.
-    :param severity: ``warning`` or ``error``.
-    """
-
-    kind: FindingKind
-    migration: str | None
-    collection: str | None
-    message: str
-    severity: Severity
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def audit(

@@ -18,7 +18,11 @@ BackgroundFailedError's code when it failed; RunAbortedError's code after Ctrl-C
 exits 0 whatever the documents would do (the report says).
 
 ``background audit`` prints findings (changed or missing files, stalled runs,
-missing version indexes, dead watchers) and exits 0 whatever it found.
+missing version indexes, dead watchers) and exits 0 whatever it found. ``migronaut
+audit`` prints the general audit (the run lock, pending and failed migrations,
+changed or missing files, collection definitions, changelog records) with those
+background findings folded in, and exits :data:`AUDIT_ERRORS_EXIT` (20) when a
+finding is an error.
 
 ``up --plan`` and ``down --plan`` print what the run would do and write nothing;
 they exit 0 when it would go, else with the code of the refusal it would meet.
@@ -36,8 +40,8 @@ The modules:
 - :mod:`.entry_point` — :func:`main`: parse, set up logging, open the kit, call the
   command's handler, turn a :class:`MigronautError` into ``Type: message`` and its code;
 - :mod:`.parser` — :func:`build_parser`: every command, its arguments and its handler;
-- :mod:`.runner_commands` — ``up``, ``down``, ``baseline``, ``status``, ``converge``,
-  ``create``;
+- :mod:`.runner_commands` — ``up``, ``down``, ``baseline``, ``status``, ``audit``,
+  ``converge``, ``create``;
 - :mod:`.background_commands` — ``background ACTION`` (views, audit, verify, run,
   dry-run and the controls);
 - :mod:`.run_progress` — ``background run``'s progress on stderr and its Ctrl-C handling;
@@ -51,5 +55,6 @@ from __future__ import annotations
 from migronaut_core.cli.background_commands import NOT_COMPLETED_EXIT
 from migronaut_core.cli.entry_point import main
 from migronaut_core.cli.parser import build_parser
+from migronaut_core.cli.runner_commands import AUDIT_ERRORS_EXIT
 
-__all__ = ["NOT_COMPLETED_EXIT", "build_parser", "main"]
+__all__ = ["AUDIT_ERRORS_EXIT", "NOT_COMPLETED_EXIT", "build_parser", "main"]

@@ -22,7 +22,7 @@ from migronaut_core import (
     StepDryRunReport,
 )
 from migronaut_core.background.control.actions import DONE, check_control
-from migronaut_core.cli.output import emit, print_views
+from migronaut_core.cli.output import emit, print_findings, print_views
 from migronaut_core.cli.run_progress import RunProgress, cancel_on_interrupt
 
 #: ``background run``'s exit status when it stopped without completing
@@ -88,14 +88,7 @@ def runnable(kit: Migronaut, args: argparse.Namespace) -> int:
 def audit(kit: Migronaut, args: argparse.Namespace) -> int:
     """Print the findings that need a look; read-only."""
     findings = kit.audit_background(stale_after_seconds=args.stale_minutes * 60)
-    if args.json:
-        emit([finding.to_dict() for finding in findings])
-        return 0
-    if not findings:
-        print("no findings")
-    for finding in findings:
-        subject = finding.migration or finding.collection or "-"
-        print(f"{finding.severity:<8} {finding.kind:<22} {subject}: {finding.message}")
+    print_findings(findings, as_json=args.json)
     return 0
 
 

@@ -10,7 +10,7 @@ import json
 import sys
 from typing import Any
 
-from migronaut_core import MigronautError
+from migronaut_core import Finding, MigronautError
 
 
 def emit(payload: Any) -> None:
@@ -66,3 +66,15 @@ def _eta_text(seconds: Any) -> str:
     if seconds < 7200:
         return f"{round(seconds / 60)}m"
     return f"{round(seconds / 3600)}h"
+
+
+def print_findings(findings: list[Finding], *, as_json: bool) -> None:
+    """Print audit findings, one line each (``severity kind subject: message``), or as JSON."""
+    if as_json:
+        emit([finding.to_dict() for finding in findings])
+        return
+    if not findings:
+        print("no findings")
+    for finding in findings:
+        subject = finding.migration or finding.collection or "-"
+        print(f"{finding.severity:<8} {finding.kind:<22} {subject}: {finding.message}")

@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_runner_commands(commands: Any) -> None:
-    """Add ``up``, ``down``, ``baseline``, ``status``, ``converge`` and ``create``."""
+    """Add ``up``, ``down``, ``baseline``, ``status``, ``audit``, ``converge`` and ``create``."""
     up = commands.add_parser("up", help="apply pending migrations")
     target = up.add_mutually_exclusive_group()
     target.add_argument("--to", metavar="NAME", help="apply pending ones up to NAME included")
@@ -70,6 +70,11 @@ def _add_runner_commands(commands: Any) -> None:
     status.add_argument("--json", action="store_true", help="print JSON")
     status.set_defaults(handler=runner.status)
 
+    audit = commands.add_parser("audit", help="everything that needs a look (read-only)")
+    _add_stale_minutes(audit)
+    audit.add_argument("--json", action="store_true", help="print JSON")
+    audit.set_defaults(handler=runner.audit)
+
     converge = commands.add_parser(
         "converge", help="create the version index of every declared collection"
     )
@@ -88,6 +93,16 @@ def _add_runner_commands(commands: Any) -> None:
     create.add_argument("--background", action="store_true", help="a background migration")
     create.add_argument("--json", action="store_true", help="print JSON")
     create.set_defaults(handler=runner.create)
+
+
+def _add_stale_minutes(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--stale-minutes",
+        type=float,
+        default=15.0,
+        metavar="M",
+        help="a running background migration without progress this long is stalled (default 15)",
+    )
 
 
 def _add_run_options(command: argparse.ArgumentParser, handler: Handler) -> None:
@@ -121,13 +136,7 @@ def _add_background_commands(actions: Any) -> None:
     action("history", background.history, "control history: who did what, when and why")
     action("runnable", background.runnable, "background migrations with work to do", named=False)
     audit = action("audit", background.audit, "findings that need a look (read-only)", named=False)
-    audit.add_argument(
-        "--stale-minutes",
-        type=float,
-        default=15.0,
-        metavar="M",
-        help="a running one without progress this long is stalled (default 15)",
-    )
+    _add_stale_minutes(audit)
 
     verify = action(
         "verify", background.verify, "probe completed ones for old-shape documents", named=False

@@ -1,8 +1,10 @@
-"""The runner's commands: ``up``, ``down``, ``baseline``, ``status``, ``converge``, ``create``.
+"""The runner's commands: ``up``, ``down``, ``baseline``, ``status``, ``audit``, ``converge``,
+``create``.
 
 Each handler calls one method of the kit and prints its result as text, or as one
 JSON document with ``--json``; each returns 0 (failures raise :class:`MigronautError`),
-except a ``--plan`` that shows a refusal: it exits with that error's code.
+except a ``--plan`` that shows a refusal: it exits with that error's code; and
+``audit``, which returns :data:`AUDIT_ERRORS_EXIT` when a finding is an error.
 """
 
 from __future__ import annotations
@@ -11,7 +13,10 @@ import argparse
 from typing import Any
 
 from migronaut_core import ConvergeReport, Migronaut, RunPlan, RunResult, StatusRow
-from migronaut_core.cli.output import emit
+from migronaut_core.cli.output import emit, print_findings
+
+#: ``audit``'s exit status when a finding is an error (warnings alone exit 0).
+AUDIT_ERRORS_EXIT = 20
 
 
 def up(kit: Migronaut, args: argparse.Namespace) -> int:
@@ -69,6 +74,16 @@ def status(kit: Migronaut, args: argparse.Namespace) -> int:
     """List migrations and whether they are applied."""
     _print_status(kit.status(), as_json=args.json)
     return 0
+
+
+def audit(kit: Migronaut, args: argparse.Namespace) -> int:
+    """Print every finding (general and background); non-zero when one is an error."""
+    findings = kit.audit(stale_after_seconds=args.stale_minutes * 60)
+    print_findings(findings, as_json=args.json)
+    errors = sum(1 for finding in findings if finding.severity == "error")
+    if not args.json and findings:
+        print(f"{errors} error(s), {len(findings) - errors} warning(s)")
+    return AUDIT_ERRORS_EXIT if errors else 0
 
 
 def converge(kit: Migronaut, args: argparse.Namespace) -> int:
