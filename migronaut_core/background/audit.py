@@ -156,7 +156,7 @@ def _watch_findings(watch: WatchStore) -> Iterator[Finding]:
                 row["_id"],
                 f"the watcher of {row['_id']} says {row['state']} but its leader ({where}) "
                 f"has not written for over {STREAMING_FRESH_SECONDS:.0f} s; "
-                "start `watch_background()` again",
+                "start a watcher again (`migronaut background watch`)",
                 "error",
             )
 

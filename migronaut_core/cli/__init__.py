@@ -17,6 +17,11 @@ BackgroundFailedError's code when it failed; RunAbortedError's code after Ctrl-C
 ``background dry-run`` previews one on a few documents and writes nothing; it
 exits 0 whatever the documents would do (the report says).
 
+``background watch`` hosts the live drift watcher (leading or standing by per
+collection) until Ctrl-C or SIGTERM and exits 0 after a clean stop (a second
+signal aborts: RunAbortedError's code); ``background watch-status`` prints what
+the watchers recorded (leader, lag, resume state; never the resume token).
+
 ``background audit`` prints findings (changed or missing files, stalled runs,
 missing version indexes, dead watchers) and exits 0 whatever it found. ``migronaut
 audit`` prints the general audit (the run lock, pending and failed migrations,
@@ -42,8 +47,8 @@ The modules:
 - :mod:`.parser` — :func:`build_parser`: every command, its arguments and its handler;
 - :mod:`.runner_commands` — ``up``, ``down``, ``baseline``, ``status``, ``audit``,
   ``converge``, ``create``;
-- :mod:`.background_commands` — ``background ACTION`` (views, audit, verify, run,
-  dry-run and the controls);
+- :mod:`.background_commands` — ``background ACTION`` (views, audit, verify, watch,
+  watch-status, run, dry-run and the controls);
 - :mod:`.run_progress` — ``background run``'s progress on stderr and its Ctrl-C handling;
 - :mod:`.output` — what several commands print: JSON, the background status table, errors.
 

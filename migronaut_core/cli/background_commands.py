@@ -2,13 +2,15 @@
 
 Every handler returns 0 except ``run``, which returns 0 when the migration completed
 (or, with ``--once``, is still pending or running) and :data:`NOT_COMPLETED_EXIT`
-when it stopped paused, cancelled or blocked. A name that is not registered raises
-:class:`NotAppliedError`.
+when it stopped paused, cancelled or blocked. ``watch`` hosts the live drift
+watcher until Ctrl-C or SIGTERM and returns 0 after a clean stop. A name that is
+not registered raises :class:`NotAppliedError`.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from typing import Any
 
@@ -101,6 +103,64 @@ def verify(kit: Migronaut, args: argparse.Namespace) -> int:
     print(f"checked {result['checked']}, skipped {result['skipped']}")
     for entry in result["drifted"]:
         print(f"drifted  {entry['migration']} on {entry['collection']}: {entry['action']}")
+    return 0
+
+
+def watch(kit: Migronaut, args: argparse.Namespace) -> int:
+    """Host the live drift watcher until Ctrl-C or SIGTERM, then stop it cleanly (exit 0).
+
+    Leads each collection whose lock is free and stands by on the others, taking
+    over when their leader dies; state changes and upgrades go to stderr.
+    """
+    token = CancelToken()
+    if kit.config.background_drift == "poll":
+        print(
+            "note: background_drift is 'poll': audit does not look for dead watchers "
+            "(set 'stream' or 'both' where a watcher runs)",
+            file=sys.stderr,
+        )
+    unsubscribe = [kit.on(event, _watch_line) for event in ("background:watch", "background:drift")]
+    try:
+        with cancel_on_interrupt(
+            token, "watch", notice="the watcher stops", signals=(signal.SIGINT, signal.SIGTERM)
+        ):
+            watcher = kit.watch_background(collections=args.collection, cancel=token)
+            print("watching for drift (Ctrl-C or SIGTERM stops)", file=sys.stderr, flush=True)
+            while watcher.running:
+                token.sleep(1.0)
+            watcher.stop()
+    except KeyboardInterrupt:  # a second signal: do not wait for the streams
+        token.cancel("aborted")
+        raise RunAbortedError(
+            "the drift watcher was aborted; its leadership lapses once its locks expire", {}
+        ) from None
+    finally:
+        for stop in unsubscribe:
+            stop()
+    rows = watcher.status()
+    if args.json:
+        emit(rows)
+        return 0
+    for row in rows:
+        upgraded = row["counters"]["upgraded"]
+        print(f"{row['collection']}: {row['state']}, {upgraded} upgraded by this process")
+    return 0
+
+
+def watch_status(kit: Migronaut, args: argparse.Namespace) -> int:
+    """Print what the drift watchers recorded: leader, lag, resume state (never the token)."""
+    if args.collection:
+        view = kit.background_watch_status(args.collection)
+        views = [] if view is None else [view]
+    else:
+        views = kit.background_watch_status()
+    if args.json:
+        emit(views)
+        return 0
+    if not views:
+        print("no watcher has recorded anything")
+    for view in views:
+        print(_watch_status_line(view))
     return 0
 
 
@@ -242,4 +302,39 @@ def _control_line(name: str, action: ControlAction, before: Any, result: Control
         line += "; replans its partitions" if result.replan else "; keeps its partitions"
     if result.stopped is not None:
         line += "; lanes stopped" if result.stopped else "; lanes still running (timed out)"
+    return line
+
+
+def _watch_line(event: str, payload: dict[str, Any]) -> None:
+    """One line on stderr per watcher event (from any thread): names and counts only."""
+    if event == "background:watch":
+        line = f"{payload['collection']}: {payload['state']}"
+    else:
+        count = f"{payload['count']} " if payload.get("count") is not None else ""
+        line = (
+            f"{payload['collection']}: {count}{payload['action']} by {payload['migration']} "
+            f"({payload['source']})"
+        )
+    print(line, file=sys.stderr, flush=True)
+
+
+def _watch_status_line(view: dict[str, Any]) -> str:
+    leader = view.get("leader") or {}
+    who = f"{leader.get('host') or '?'} pid {leader.get('pid') or '?'}" if leader else "none"
+    alive = "" if view["fresh"] else " (not written for a while)"
+    resume = view["resume"]
+    if resume["saved"]:
+        lag = resume["lag_seconds"]
+        behind = f", {lag} s behind" if lag is not None else ""
+        position = f"resumes at {resume['at'] or '?'}{behind}"
+    else:
+        position = "no saved position (a fresh start probes the collection)"
+    counters = view["counters"]
+    line = (
+        f"{view['collection']}: {view['state']}, leader {who}{alive}; {position}; "
+        f"{counters['upgraded']} upgraded, {counters['errors']} error(s), "
+        f"last event {view['last_event_at'] or '-'}"
+    )
+    if view.get("last_error"):
+        line += f"; last error: {view['last_error']}"
     return line

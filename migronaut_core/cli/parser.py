@@ -146,6 +146,15 @@ def _add_background_commands(actions: Any) -> None:
     )
     verify.add_argument("--collection", action="append", help="only these collections")
 
+    watch = action(
+        "watch", background.watch, "host the live drift watcher until Ctrl-C/SIGTERM", named=False
+    )
+    watch.add_argument("--collection", action="append", help="only these collections")
+    watch_status = action(
+        "watch-status", background.watch_status, "what the drift watchers recorded", named=False
+    )
+    watch_status.add_argument("--collection", help="only this collection")
+
     run = action("run", background.run, "drive one from this process until it stops")
     run.add_argument("--concurrency", type=int, default=1, metavar="N", help="lanes (default 1)")
     run.add_argument("--slice-ms", type=int, metavar="MS", help="time per lane slice")

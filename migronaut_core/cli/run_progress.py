@@ -3,8 +3,8 @@
 :class:`RunProgress` listens to engine events (from any thread) and shows a live
 ``rich`` bar when stderr is a terminal and ``rich`` (optional) is installed, plain
 lines every :data:`PLAIN_PROGRESS_SECONDS` otherwise. :func:`cancel_on_interrupt`
-turns a first Ctrl-C into a cancel (lanes stop at their next batch) and a second
-into ``KeyboardInterrupt``.
+turns a first Ctrl-C (or SIGTERM, for ``background watch``) into a cancel (lanes
+stop at their next batch) and a second into ``KeyboardInterrupt``.
 """
 
 from __future__ import annotations
@@ -26,28 +26,41 @@ PLAIN_PROGRESS_SECONDS = 2.0
 
 
 @contextlib.contextmanager
-def cancel_on_interrupt(token: CancelToken, name: str) -> Iterator[None]:
-    """Turn a first Ctrl-C into ``token.cancel()``; a second one raises KeyboardInterrupt."""
+def cancel_on_interrupt(
+    token: CancelToken,
+    name: str,
+    *,
+    notice: str | None = None,
+    signals: tuple[signal.Signals, ...] = (signal.SIGINT,),
+) -> Iterator[None]:
+    """Turn a first Ctrl-C (or any of ``signals``) into ``token.cancel()``; a second one
+    raises KeyboardInterrupt.
+
+    :param notice: what to say on stderr at the first one (default: ``name``'s
+        lanes stop at their next batch).
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    said = notice or f"{name}'s lanes stop at their next batch"
 
     def interrupted(signum: int, frame: FrameType | None) -> None:
         if token.cancelled:
             raise KeyboardInterrupt
-        token.cancel("interrupted")
+        # From another thread: the main one may hold the token's lock right now.
+        threading.Thread(target=token.cancel, args=("interrupted",), daemon=True).start()
         # os.write, not print: a signal handler must not re-enter buffered stderr.
         os.write(
             sys.stderr.fileno(),
-            f"\ninterrupted: {name}'s lanes stop at their next batch "
-            "(Ctrl-C again to abort at once)\n".encode(),
+            f"\n{signal.Signals(signum).name}: {said} (again to abort at once)\n".encode(),
         )
 
-    previous = signal.signal(signal.SIGINT, interrupted)
+    previous = {signum: signal.signal(signum, interrupted) for signum in signals}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 class RunProgress:

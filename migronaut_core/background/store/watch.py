@@ -3,13 +3,14 @@
 :class:`WatchStore` is the only reader and writer of that collection. A row is
 written only by its collection's current leader, fenced by its lock
 (:class:`Fence`); :func:`watch_view` is what status shows of a row (never the
-resume token nor the fencing token).
+resume token nor the fencing token: only the cluster time its position is at).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from pymongo import ReturnDocument
@@ -24,6 +25,8 @@ Document = dict[str, Any]
 STREAMING_FRESH_SECONDS = 60.0
 #: The counters a row keeps (summed over every leader).
 WATCH_COUNTERS = ("events", "upgraded", "errors", "skipped")
+#: Hex characters of a resume token's ``_data`` that hold its cluster time (type byte + 8).
+_HEAD_CHARS = 18
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,13 +99,29 @@ class WatchStore:
         """The rows (one, or all by name) without their resume tokens, with freshness.
 
         ``fresh`` is judged by the server's clock: the row was written within
-        :data:`STREAMING_FRESH_SECONDS`.
+        :data:`STREAMING_FRESH_SECONDS`. ``resume_saved`` says whether a position
+        is saved, ``resume_head`` is the cluster-time prefix of its token (only
+        that: :func:`token_time` reads it) and ``now`` the server's clock.
         """
         match: Document = {} if collection is None else {"_id": collection}
+        token_data = "$resume_token._data"
         return list(
             self.rows.aggregate(
                 [
                     {"$match": match},
+                    {
+                        "$addFields": {
+                            "resume_saved": {"$eq": [{"$type": "$resume_token"}, "object"]},
+                            "resume_head": {
+                                "$cond": [
+                                    {"$eq": [{"$type": token_data}, "string"]},
+                                    {"$substrBytes": [token_data, 0, _HEAD_CHARS]},
+                                    None,
+                                ]
+                            },
+                            "now": "$$NOW",
+                        }
+                    },
                     {"$project": {"resume_token": 0}},
                     {
                         "$addFields": {
@@ -136,8 +155,41 @@ class WatchStore:
         ]
 
 
+def token_time(head: Any) -> datetime | None:
+    """The cluster time a resume token's position is at, from its first bytes; None: unreadable.
+
+    A token's ``_data`` (MongoDB 4.2+) starts with a timestamp type byte (``82``)
+    and the 8-byte timestamp (seconds, then increment), hex-encoded.
+    """
+    if not isinstance(head, str) or len(head) < _HEAD_CHARS or not head.startswith("82"):
+        return None
+    try:
+        seconds = int(head[2:10], 16)
+    except ValueError:
+        return None
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+def _resume_view(row: Mapping[str, Any]) -> dict[str, Any]:
+    """Where a new leader would resume: saved or not, the position's time, how far behind now."""
+    at = token_time(row.get("resume_head")) if row.get("resume_saved") else None
+    now = row.get("now")
+    lag = None
+    if at is not None and isinstance(now, datetime):
+        lag = round(max(0.0, (_aware(now) - at).total_seconds()), 1)
+    return {"saved": bool(row.get("resume_saved")), "at": json_safe(at), "lag_seconds": lag}
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
 def watch_view(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A watcher row as status shows it: never the resume token nor the fencing token."""
+    """A watcher row as status shows it: never the resume token nor the fencing token.
+
+    ``resume``: whether a position is saved, its cluster time (``at``) and
+    ``lag_seconds`` behind the server's clock — what a successor would replay.
+    """
     leader = row.get("leader") or {}
     counters = {key: 0 for key in WATCH_COUNTERS}
     counters.update({key: int(value) for key, value in (row.get("counters") or {}).items()})
@@ -159,4 +211,5 @@ def watch_view(row: Mapping[str, Any]) -> dict[str, Any]:
         "last_error": row.get("last_error"),
         "updated_at": json_safe(row.get("updated_at")),
         "fresh": bool(row.get("fresh", False)),
+        "resume": _resume_view(row),
     }
