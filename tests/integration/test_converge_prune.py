@@ -12,7 +12,9 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -201,3 +203,42 @@ def test_cli_converge_prune_and_log(mongo_uri: str, db: Db, tmp_path: Path) -> N
     human = migronaut(tmp_path, "converge", "--log")
     assert "dropped  users  _v_1__id_1  {_v: 1, _id: 1}  by " in human.stdout
     assert db[LOG].count_documents({}) == 3
+
+
+def test_concurrent_converges_create_and_drop_once_each(
+    mongo_uri: str, db: Db, migrations: Path
+) -> None:
+    seed_users(db, 10)
+
+    def together(collections: Any, prune: bool) -> list[Any]:
+        kits = [kit_with(mongo_uri, db, migrations, collections) for _ in range(4)]
+        for kit in kits:
+            kit.client.admin.command("ping")
+        barrier = threading.Barrier(len(kits))
+
+        def one(kit: Migronaut) -> Any:
+            barrier.wait(10)
+            return kit.converge(prune=prune)
+
+        try:
+            with ThreadPoolExecutor(len(kits)) as pool:
+                return list(pool.map(one, kits))
+        finally:
+            for kit in kits:
+                kit.close()
+
+    created = together(OLD, prune=False)
+    assert sorted(report.collections[0].action for report in created) == [
+        "created",
+        "exists",
+        "exists",
+        "exists",
+    ]
+    pruned = together(NEW, prune=True)
+    assert sum(len(report.dropped) for report in pruned) == 1
+    assert indexes(db) == {"_id_", "ver_1__id_1"}
+    assert sorted((e["action"], e["index"]) for e in db[LOG].find()) == [
+        ("created", "_v_1__id_1"),
+        ("created", "ver_1__id_1"),
+        ("dropped", "_v_1__id_1"),
+    ]
