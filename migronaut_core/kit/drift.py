@@ -1,0 +1,110 @@
+"""Drift on the kit: the poll (verify) and the live watcher (watch, watch status).
+
+:class:`DriftOperations` is the part of :class:`~migronaut_core.kit.Migronaut`
+that finds old-shape documents reappearing after a background migration
+completed, by polling (:mod:`~migronaut_core.background.drift.verify`) or by
+change streams (:mod:`~migronaut_core.background.drift.watch`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from migronaut_core.background.cancel import CancelToken
+from migronaut_core.background.drift import verify as drift
+from migronaut_core.background.drift import watch as watching
+from migronaut_core.background.drift.watch import Watcher
+from migronaut_core.background.store import watch_view
+from migronaut_core.changelog import Actor
+from migronaut_core.errors import ConfigInvalidError
+from migronaut_core.kit.base import KitBase
+
+
+class DriftOperations(KitBase):
+    """Drift: verify by polling, watch with change streams, and the watchers' status."""
+
+    def verify_background(
+        self,
+        *,
+        on_drift: str | None = None,
+        collections: list[str] | None = None,
+        requested_by: str | None = None,
+        reason: str | None = None,
+    ) -> dict[str, Any]:
+        """Find old-shape documents that reappeared after completion; reopen or report.
+
+        :param on_drift: ``reopen`` or ``report``; default: ``background_on_drift``.
+            In drift mode ``stream`` (``background_drift``) the poll is the safety
+            net: collections whose watcher is streaming and fresh are skipped. In
+            ``both`` it polls every collection, streamed or not.
+        :returns: ``{checked, drifted: [{migration, collection, action}], skipped}``.
+        """
+        actor = Actor(requested_by=requested_by, reason=reason) if requested_by or reason else None
+        chosen = self.config.background_on_drift if on_drift is None else on_drift
+        checked = "report" if chosen == "report" else _reopen_only(chosen)
+        self._ready()
+        streamed: set[str] = set()
+        if self.config.background_drift == "stream":
+            streamed = set(self._watch_store().streaming_collections())
+        return drift.verify(
+            self.runtime, on_drift=checked, collections=collections, actor=actor, streamed=streamed
+        )
+
+    def watch_background(
+        self,
+        *,
+        collections: list[str] | None = None,
+        on_drift: str | None = None,
+        cancel: CancelToken | None = None,
+        batch_size: int = 100,
+        batch_ms: int = 200,
+        refresh_seconds: float = 10.0,
+        leader_retry_seconds: float | None = None,
+    ) -> Watcher:
+        """Start the live drift watcher in background threads and return its handle.
+
+        One change stream per collection with a completed forward background
+        migration (or per one of ``collections``), led by one process at a time
+        across all processes (the ``watch:<collection>`` lock; the others stand
+        by and take over when the leader dies). Old-shape writes are upgraded
+        moments after they land, through the lanes' write path; at-least-once
+        (the resume token is saved after each batch). ``on_drift``: what to do
+        with old-shape documents it cannot upgrade itself — those found by the
+        probe of a fresh start, or whose upgrade failed: ``reopen`` the
+        migration or only ``report`` them (a ``background:drift`` event);
+        default: ``background_on_drift``.
+
+        :returns: a :class:`~migronaut_core.background.drift.watch.Watcher` with
+            ``running``, ``status()`` and ``stop()``; ``cancel`` stops it too.
+        :raises ConfigInvalidError: a bad option, or a standalone server (no
+            change streams: keep drift mode ``poll``).
+        """
+        settings = watching.watch_settings(
+            ttl_seconds=self.config.lock_ttl_seconds,
+            collections=collections,
+            on_drift=self.config.background_on_drift if on_drift is None else on_drift,
+            batch_size=batch_size,
+            batch_ms=batch_ms,
+            refresh_seconds=refresh_seconds,
+            leader_retry_seconds=leader_retry_seconds,
+        )
+        watching.require_change_streams(self.runtime)
+        self._ready()
+        return watching.start_watch(self.runtime, self._watch_store(), settings, cancel=cancel)
+
+    def background_watch_status(self, collection: str | None = None) -> Any:
+        """What the drift watchers recorded: state, leader, counters, last event.
+
+        One row per watched collection (or the one asked for, None when it has
+        none); never the resume token.
+        """
+        rows = self._watch_store().statuses(collection)
+        if collection is not None:
+            return watch_view(rows[0]) if rows else None
+        return [watch_view(row) for row in rows]
+
+
+def _reopen_only(on_drift: str) -> drift.OnDrift:
+    if on_drift != "reopen":
+        raise ConfigInvalidError("on_drift must be 'reopen' or 'report'", {"key": "on_drift"})
+    return "reopen"
