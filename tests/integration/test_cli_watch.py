@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from pymongo.database import Database
 from migronaut_core import Migronaut
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, wait_until, write_background
 from tests.support.cli import migronaut
+from tests.support.watching import leader_pid, old_release_writing, old_shape
 
 Db = Database[dict[str, Any]]
 TTL_SECONDS = 2
@@ -78,17 +78,6 @@ class WatchCommand:
         self.stderr.close()
         print(f"--- watcher {self.pid} (exit {self.process.returncode}):")  # shown on failure
         print(self.log.read_text()[-3000:])
-
-
-def leader_pid(kit: Migronaut) -> int | None:
-    row = kit.background_watch_status("users")
-    if row is None or row["state"] != "streaming" or row["leader"] is None:
-        return None
-    return int(row["leader"]["pid"])
-
-
-def old_shape(i: int) -> dict[str, Any]:
-    return {"_id": i, "_v": 1, "name": f"Oldname{i} Oldsurname{i}"}
 
 
 def test_watch_status_shows_the_leader_lag_and_resume_state_and_ctrl_c_stops(
@@ -147,24 +136,10 @@ def test_a_standby_cli_takes_over_from_a_killed_leader_and_sigterm_exits_0(
         os.kill(first.pid, signal.SIGKILL)
         first.process.wait(10)
         killed_at = time.monotonic()
-        written: list[int] = []
-        stop = threading.Event()
-
-        def keep_writing() -> None:  # an old release, writing through the gap
-            while not stop.wait(0.05):
-                key = 6000 + len(written)
-                db.users.insert_one(old_shape(key))
-                written.append(key)
-
-        writer = threading.Thread(target=keep_writing, daemon=True)
-        writer.start()
-        try:
+        with old_release_writing(db, first_key=6000) as written:
             wait_until(lambda: leader_pid(kit) == second.pid, TTL_SECONDS + 15, "the takeover")
             takeover = time.monotonic() - killed_at
             time.sleep(1.0)
-        finally:
-            stop.set()
-            writer.join(5)
         print(f"takeover after {takeover:.1f}s")
         assert len(written) > 10
         wait_until(lambda: db.users.count_documents({"_v": 1}) == 0, 15, "the gap's upgrades")

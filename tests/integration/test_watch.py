@@ -37,6 +37,7 @@ from tests.support.background import (
     wait_until,
     write_background,
 )
+from tests.support.watching import leader_pid, old_release_writing, old_shape
 
 TTL_SECONDS = 2
 REPO = Path(__file__).resolve().parents[2]
@@ -62,10 +63,6 @@ def kit(mongo_uri: str, db: Database[dict[str, Any]], tmp_path: Path) -> Iterato
 
 def streaming(watcher: Watcher) -> bool:
     return [row["state"] for row in watcher.status()] == ["streaming"]
-
-
-def old_shape(i: int) -> dict[str, Any]:
-    return {"_id": i, "_v": 1, "name": f"Oldname{i} Oldsurname{i}"}
 
 
 def test_old_shape_writes_are_upgraded_moments_after_they_land(
@@ -362,13 +359,6 @@ class WatchProcess:
         print(Path(self.stderr.name).read_text()[-3000:])
 
 
-def leader_pid(kit: Migronaut) -> int | None:
-    row = kit.background_watch_status("users")
-    if row is None or row["state"] != "streaming" or row["leader"] is None:
-        return None
-    return int(row["leader"]["pid"])
-
-
 @pytest.mark.slow
 def test_a_standby_takes_over_from_a_killed_leader_and_misses_nothing(
     kit: Migronaut, mongo_uri: str, db: Database[dict[str, Any]], tmp_path: Path
@@ -393,24 +383,10 @@ def test_a_standby_takes_over_from_a_killed_leader_and_misses_nothing(
         os.kill(first.pid, signal.SIGKILL)
         first.process.wait(10)
         killed_at = time.monotonic()
-        written: list[int] = []
-        stop = threading.Event()
-
-        def keep_writing() -> None:
-            while not stop.wait(0.05):
-                key = 6000 + len(written)
-                db.users.insert_one(old_shape(key))
-                written.append(key)
-
-        writer = threading.Thread(target=keep_writing, daemon=True)
-        writer.start()
-        try:
+        with old_release_writing(db, first_key=6000) as written:
             wait_until(lambda: leader_pid(kit) == second.pid, TTL_SECONDS + 10, "the takeover")
             takeover = time.monotonic() - killed_at
             time.sleep(1.0)
-        finally:
-            stop.set()
-            writer.join(5)
         print(f"takeover after {takeover:.1f}s")
         assert takeover < TTL_SECONDS + 6
         assert len(written) > 20

@@ -1,0 +1,49 @@
+"""Helpers for the drift watcher tests: old-shape users, the leader, an old release writing."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from pymongo.database import Database
+
+from migronaut_core import Migronaut
+
+
+def old_shape(i: int) -> dict[str, Any]:
+    """A ``users`` document as the release before the split wrote it."""
+    return {"_id": i, "_v": 1, "name": f"Oldname{i} Oldsurname{i}"}
+
+
+def leader_pid(kit: Migronaut, collection: str = "users") -> int | None:
+    """The pid of the process streaming ``collection``; None while nobody leads."""
+    row = kit.background_watch_status(collection)
+    if row is None or row["state"] != "streaming" or row["leader"] is None:
+        return None
+    return int(row["leader"]["pid"])
+
+
+@contextmanager
+def old_release_writing(db: Database[dict[str, Any]], *, first_key: int) -> Iterator[list[int]]:
+    """An old release inserting old-shape users every 50 ms until the block ends.
+
+    Yields the keys written so far (the list grows while the block runs).
+    """
+    written: list[int] = []
+    stop = threading.Event()
+
+    def keep_writing() -> None:
+        while not stop.wait(0.05):
+            key = first_key + len(written)
+            db.users.insert_one(old_shape(key))
+            written.append(key)
+
+    writer = threading.Thread(target=keep_writing, daemon=True)
+    writer.start()
+    try:
+        yield written
+    finally:
+        stop.set()
+        writer.join(5)
