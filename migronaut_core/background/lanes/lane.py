@@ -13,7 +13,9 @@ A slice answers with an outcome:
 
 A slice that raises (a transform that fails a whole batch, the server) is
 counted on its partition (``max_slice_failures`` of them fail it) and re-raised
-as :class:`~migronaut_core.errors.BatchFailed` when it is worth retrying.
+as :class:`~migronaut_core.errors.BatchFailed` when it is worth retrying. A
+dropped connection or a stepped-down primary is not the partition's failure: its
+partition is released uncounted.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from migronaut_core.background.telemetry import (
 from migronaut_core.background.throttle import Throttle
 from migronaut_core.errors import BatchFailed, LockLostError, MigronautError
 from migronaut_core.scrub import error_text
+from migronaut_core.server_errors import is_retryable_write
 
 log = logging.getLogger("migronaut_core.background")
 
@@ -306,11 +309,23 @@ def _work(
 def _counted_failure(
     rt: Runtime, job: Job, lease: Lease, partition: dict[str, Any], exc: Exception
 ) -> MigronautError:
+    """Charge a failed slice to its partition, unless the deployment was at fault.
+
+    A dropped connection or a primary stepping down (``is_retryable_write``) says
+    nothing about the partition: it is released for the next slice without
+    spending ``max_slice_failures``, which a flaky network would otherwise
+    exhaust and fail the migration with.
+    """
     message = error_text(exc)
+    deployment_fault = is_retryable_write(exc)
     try:
-        partition_failed = rt.store.fail_slice(
-            lease, error=message, max_slice_failures=job.spec.max_slice_failures
-        )
+        if deployment_fault:
+            rt.store.release(lease)
+            partition_failed = False
+        else:
+            partition_failed = rt.store.fail_slice(
+                lease, error=message, max_slice_failures=job.spec.max_slice_failures
+            )
     except Exception:
         partition_failed = False
     rt.emit(
@@ -322,7 +337,10 @@ def _counted_failure(
             "error": message,
         },
     )
-    log.error("%s: a slice failed: %s", job.name, message)
+    if deployment_fault:
+        log.warning("%s: a slice was cut off (%s); not charged to its partition", job.name, message)
+    else:
+        log.error("%s: a slice failed: %s", job.name, message)
     context = {"migration": job.name, "partition_failed": partition_failed}
     if isinstance(exc, MigronautError) and not exc.retryable:
         exc.context.update(context)
