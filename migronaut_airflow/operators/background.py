@@ -20,7 +20,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from migronaut_airflow.hooks.migronaut import MigronautHook, mongo_conn_id_from
 from migronaut_airflow.triggers.delay import DelayTrigger
 from migronaut_core import Answer, Driver, Migronaut, MigronautError
-from migronaut_core.background.control.actions import RESTARTING, check_control
+from migronaut_core.background.control.actions import check_control
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -295,8 +295,8 @@ class ContinueBackgroundOperator(TriggerDagRunOperator):
 class BackgroundControlOperator(MigronautOperator):
     """Apply a control action; ``requested_by`` defaults to the user who triggered the run.
 
-    Returns the DAG ids to start (the migration's DAG when the action lets it run
-    again: resume, retry, repin) and pushes the control's result as ``result``.
+    Returns the DAG ids to start (the migration's DAG when the core says it may
+    run now: ``ControlResult.may_run``) and pushes the control's result as ``result``.
     """
 
     template_fields: Sequence[str] = ("migration", "action", "reason", "requested_by")
@@ -323,12 +323,12 @@ class BackgroundControlOperator(MigronautOperator):
             action = check_control(self.action)
             result = self.kit.control_background(
                 self.migration, action, actor=who, reason=self.reason or None
-            ).to_dict()
+            )
         except MigronautError as exc:
             raise AirflowFailException(f"{exc.code}: {exc.message}") from exc
-        context["ti"].xcom_push(key="result", value=result)
-        self.log.info("%s: %s by %s: %s", self.migration, action, who, result)
-        return [dag_id_for(self.migration)] if action in RESTARTING else []
+        context["ti"].xcom_push(key="result", value=result.to_dict())
+        self.log.info("%s: %s by %s: %s", self.migration, action, who, result.to_dict())
+        return [dag_id_for(self.migration)] if result.may_run else []
 
 
 class MigrationsUpOperator(MigronautOperator):

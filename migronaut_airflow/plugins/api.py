@@ -29,7 +29,6 @@ from migronaut_airflow.plugins.runs import start_migration_dag
 from migronaut_airflow.plugins.target import current_kit
 from migronaut_airflow.plugins.throughput import ThroughputSampler
 from migronaut_core import ControlAction, Migronaut
-from migronaut_core.background.control.actions import RESTARTING
 from migronaut_core.background.control.states import STATUSES
 from migronaut_core.errors import ConfigInvalidError, MigronautError
 
@@ -111,24 +110,26 @@ def act(grant: Editor, action: ControlAction, body: ActionRequest, kit: Kit) -> 
     """Pause, resume, cancel, retry, retry from start, repin or unlock; needs edit access.
 
     The signed-in user is recorded as ``requested_by`` with the reason, in the
-    migration's history and in Airflow's audit log (:mod:`.audit`). After a
-    resume, retry or repin that leaves the migration runnable, its DAG is
-    started unless a run is active already (``dag_run`` / ``dag_run_note``).
+    migration's history and in Airflow's audit log (:mod:`.audit`). When the core
+    says the migration may run now (a resume, retry or repin that left it pending
+    or running), its DAG is started unless a run is active already (``dag_run`` /
+    ``dag_run_note``).
     """
     reason = actions.clean_reason(body.reason)
     try:
-        result = kit.control_background(
+        applied = kit.control_background(
             grant.migration, action, actor=grant.user_name, reason=reason, repin=body.repin
-        ).to_dict()
+        )
     except MigronautError as refused:
         audit.record_control(grant, action, reason=reason, outcome=refused.code)
         raise
+    result = applied.to_dict()
     audit.record_control(
         grant, action, reason=reason, outcome=result["applied"], status=result["status"]
     )
     log.info("%s: %s by %s (%s)", grant.migration, action, grant.user_name, result["applied"])
     dag_run, note = None, None
-    if action in RESTARTING and result["status"] in ("pending", "running"):
+    if applied.may_run:
         dag_run, note = start_migration_dag(grant, action)
     return ActionResult(
         migration=grant.migration,

@@ -171,6 +171,7 @@ class BackgroundOperations(KitBase):
         its partitions are planned again). ``unlock``: clears the coordinator
         lock and every lease (``lock``, ``leases``; its status is unchanged).
         Recorded in its history with ``actor`` (default: the OS user) and ``reason``.
+        ``may_run`` on the result says whether its driver should be started now.
 
         :raises ConfigInvalidError: an unknown action, or an option it does not take.
         :raises NotAppliedError: it is not registered.
@@ -180,6 +181,11 @@ class BackgroundOperations(KitBase):
         who = with_default_user(Actor(requested_by=actor, reason=reason))
         self._registered(name)
         self._ready()
+        return controls.settled(action, self._apply_control(name, action, who, wait, repin))
+
+    def _apply_control(
+        self, name: str, action: ControlAction, who: Actor, wait: bool, repin: bool
+    ) -> ControlResult:
         if action == "unlock":
             return controls.unlock(self.runtime, name, actor=who)
         if action == "repin":

@@ -94,6 +94,24 @@ def test_pause_and_resume_through_the_control_dag(
     assert (resume["by"], resume["reason"]) == ("dag_test", "quiet again")
 
 
+def test_a_repin_of_a_cancelled_migration_starts_no_run(
+    registered: Path, mongo_uri: str, db: Database[dict[str, Any]]
+) -> None:
+    """The core says whether the migration may run: a repin leaves a cancelled one cancelled."""
+    with make_kit(mongo_uri, db, registered) as kit:
+        kit.control_background(SPLIT_NAME, "cancel")
+    before = len(queued_runs(BG_DAG))
+    run = load_dags()["migronaut_control"].test(
+        run_conf={"migration": SPLIT_NAME, "action": "repin"}
+    )
+    assert run.state == "success"
+    assert xcom(run, "control") == []
+    assert task_states(run)[("start_migration", -1)] == "skipped"
+    assert len(queued_runs(BG_DAG)) == before
+    with make_kit(mongo_uri, db, registered) as kit:
+        assert kit.background_status(SPLIT_NAME)["status"] == "cancelled"
+
+
 @pytest.mark.parametrize(
     ("conf", "fragment"),
     [

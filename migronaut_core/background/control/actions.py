@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Final, Literal, get_args
 
@@ -63,6 +63,8 @@ DONE: Final[Mapping[ControlAction, str]] = MappingProxyType(
 RESTARTING: Final[frozenset[ControlAction]] = frozenset(
     {"resume", "retry", "retry_from_start", "repin"}
 )
+#: Statuses in which a migration's driver has work to take up (``may_run``).
+RUNNABLE: Final[frozenset[str]] = frozenset({"pending", "running"})
 #: Actions that throw work away or cut live lanes off (worth a confirmation).
 DESTRUCTIVE: Final[frozenset[ControlAction]] = frozenset({"cancel", "retry_from_start", "unlock"})
 #: Actions whose lanes stop before their next batch (``wait`` for them).
@@ -81,7 +83,9 @@ class ControlResult:
     ``replan``: a repin changed what the migration matches (its partitions are
     planned again). ``stopped``: with ``wait``, the lanes stopped in time.
     ``lock`` and ``leases``: an unlock cleared the coordinator lock / dropped
-    this many leases.
+    this many leases. ``may_run``: the action may have given the migration work
+    and it is pending or running, so its driver should run now (a driver started
+    otherwise would only find it done or failed). Not part of :meth:`to_dict`.
     """
 
     applied: Literal["changed", "unchanged"]
@@ -90,6 +94,7 @@ class ControlResult:
     stopped: bool | None = None
     lock: bool | None = None
     leases: int | None = None
+    may_run: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"applied": self.applied, "status": self.status}
@@ -98,6 +103,11 @@ class ControlResult:
             if value is not None:
                 data[key] = value
         return data
+
+
+def settled(action: ControlAction, result: ControlResult) -> ControlResult:
+    """``result`` with ``may_run`` decided: a restarting action that left it runnable."""
+    return replace(result, may_run=action in RESTARTING and result.status in RUNNABLE)
 
 
 def check_control(action: str, *, wait: bool = False, repin: bool = False) -> ControlAction:
