@@ -10,7 +10,6 @@ checkpoints, failed ``_id``s and the spec's filter stay behind.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 from migronaut_airflow.operators.background import dag_id_for
@@ -102,7 +101,7 @@ def detail(
 def _summary_fields(view: BackgroundStatusView, sampler: ThroughputSampler) -> dict[str, Any]:
     shown = view.progress
     samples = sampler.observe(view.name, view.generation, shown.done)
-    flow = throughput(view, samples, shown.done, sampler.now())
+    flow = throughput(view, samples, sampler.now())
     return {
         "name": view.name,
         "dag_id": dag_id_for(view.name),
@@ -116,11 +115,11 @@ def _summary_fields(view: BackgroundStatusView, sampler: ThroughputSampler) -> d
         "generation": view.generation,
         "progress": Progress(**shown.to_dict()),
         "processed": shown.done,
-        "eta_seconds": _eta(view, flow.docs_per_second),
+        "eta_seconds": view.eta_seconds,
         "live_leases": view.live_leases,
         "max_parallel": view.max_parallel,
         "partition_counts": dict(view.partition_counts),
-        "failed_documents": view.failed_documents + view.pass_failed_documents,
+        "failed_documents": view.failed_documents,
         "last_error": _text(view.last_error),
         "waits_for": [str(item) for item in view.waits_for],
         "requires": [str(item) for item in view.requires],
@@ -136,37 +135,17 @@ def _text(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def _eta(view: BackgroundStatusView, recent: float | None) -> float | None:
-    """The engine's ETA (the pass's average rate); else the recent rate's, while running."""
-    if view.eta_seconds is not None or view.status != "running" or not recent:
-        return view.eta_seconds
-    left = view.progress.estimate - view.progress.done
-    return round(left / recent, 1) if left > 0 else None
-
-
-def throughput(
-    view: BackgroundStatusView, samples: Sequence[Sample], done: int, now: float
-) -> Throughput:
-    """The sampled series, the last minute's rate, and the average since the start."""
+def throughput(view: BackgroundStatusView, samples: Sequence[Sample], now: float) -> Throughput:
+    """The sampled series, the last minute's rate, and the core's average since the start."""
     return Throughput(
         docs_per_second=recent_rate(samples, now),
-        average_docs_per_second=_average_rate(view, done, now),
+        average_docs_per_second=view.average_docs_per_second,
         window_seconds=WINDOW_SECONDS,
         series=[
             ThroughputPoint(at=rate.iso_at(), docs_per_second=rate.docs_per_second)
             for rate in rates(samples)
         ],
     )
-
-
-def _average_rate(view: BackgroundStatusView, done: int, now: float) -> float | None:
-    started = view.started_at
-    if not isinstance(started, datetime) or done <= 0:
-        return None
-    ended = view.completed_at
-    end = ended.timestamp() if isinstance(ended, datetime) else now
-    elapsed = end - started.timestamp()
-    return round(done / elapsed, 1) if elapsed > 0 else None
 
 
 def partition_row(partition: PartitionView) -> PartitionRow:

@@ -155,9 +155,12 @@ class PartitionView:
 class BackgroundStatusView:
     """The status of one background migration, read without writing anything.
 
-    ``failed_documents`` counts those recorded on the state (rolled up from
-    finished passes); ``pass_failed_documents`` those of the current pass that
-    are still on its partitions (0 once it is rolled up). ``document_errors``
+    ``failed_documents`` counts every failed document: those recorded on the
+    state (rolled up from finished passes) and ``pass_failed_documents``, those
+    of the current pass still on its partitions (0 once it is rolled up); every
+    reader shows this one total. ``average_docs_per_second``: this pass's
+    documents over the time since the start (to its completion), the rate
+    ``eta_seconds`` is told by. ``document_errors``
     lists why, oldest first, in the same order. ``plan`` is the current plan
     without its token (empty before the first plan).
     """
@@ -173,6 +176,7 @@ class BackgroundStatusView:
     generation: int
     progress: ProgressView
     eta_seconds: float | None
+    average_docs_per_second: float | None
     totals: Mapping[str, int]
     partition_counts: Mapping[str, int]
     live_leases: int
@@ -276,6 +280,8 @@ def status_view(store: BackgroundStore, state: Document) -> BackgroundStatusView
     spec = state.get("spec") or {}
     errors = list(state.get("doc_errors") or [])
     unrolled = _unrolled(state)
+    pass_failed = sum(len(p.get("bad_ids") or []) for p in partitions) if unrolled else 0
+    rate = average_rate(state, shown.done)
     return BackgroundStatusView(
         name=name,
         status=state.get("status"),
@@ -287,11 +293,12 @@ def status_view(store: BackgroundStore, state: Document) -> BackgroundStatusView
         pass_number=state.get("pass", 0),
         generation=generation,
         progress=shown,
-        eta_seconds=eta_seconds(state, shown.done, shown.estimate),
+        eta_seconds=eta_seconds(state, shown.done, shown.estimate, rate),
+        average_docs_per_second=None if rate is None else round(rate, 1),
         totals=dict(state.get("totals") or {}),
         partition_counts=_by_status(partitions),
         live_leases=store.live_leases(name),
-        failed_documents=len(state.get("bad_ids") or []),
+        failed_documents=len(state.get("bad_ids") or []) + pass_failed,
         failed_document_samples=tuple(
             json_safe({key: entry.get(key) for key in ("id", "reason", "error")})
             for entry in errors[-VIEW_FAILED_DOCUMENTS:]
@@ -314,9 +321,7 @@ def status_view(store: BackgroundStore, state: Document) -> BackgroundStatusView
         max_parallel=spec.get("max_parallel"),
         pacing=_pacing(spec),
         partitions=tuple(partition_of(partition) for partition in partitions),
-        pass_failed_documents=(
-            sum(len(p.get("bad_ids") or []) for p in partitions) if unrolled else 0
-        ),
+        pass_failed_documents=pass_failed,
         document_errors=_document_errors(
             [*errors, *(e for p in partitions for e in p.get("doc_errors") or [])]
             if unrolled
@@ -416,17 +421,22 @@ def _step_done(partitions: Sequence[Document]) -> int:
     return processed or sum(_counter(p, "migrated") for p in partitions)
 
 
-def eta_seconds(state: Document, done_now: int, estimate: int) -> float | None:
-    """Seconds left at the pass's average rate so far; None when it cannot be told."""
-    started = state.get("started_at")
-    if state.get("status") != "running" or not started or estimate <= done_now or done_now <= 0:
+def average_rate(state: Document, done_now: int) -> float | None:
+    """Documents per second since the start, to its completion or now; None when untold."""
+    started = _time(state.get("started_at"))
+    if started is None or done_now <= 0:
         return None
-    begun = pendulum.instance(state["started_at"])
-    elapsed = (pendulum.now("UTC") - begun).total_seconds()
-    if elapsed <= 0:
+    completed = _time(state.get("completed_at")) if state.get("status") == "completed" else None
+    end = pendulum.now("UTC") if completed is None else pendulum.instance(completed)
+    elapsed = (end - pendulum.instance(started)).total_seconds()
+    return done_now / elapsed if elapsed > 0 else None
+
+
+def eta_seconds(state: Document, done_now: int, estimate: int, rate: float | None) -> float | None:
+    """Seconds left at ``rate`` (:func:`average_rate`) while running; None when untold."""
+    if state.get("status") != "running" or estimate <= done_now or not rate:
         return None
-    rate = done_now / elapsed
-    return round((estimate - done_now) / rate, 1) if rate > 0 else None
+    return round((estimate - done_now) / rate, 1)
 
 
 def sharding_view(state: Document) -> dict[str, Any] | None:

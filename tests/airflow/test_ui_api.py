@@ -12,6 +12,7 @@ auth manager generated; their JWTs go in the ``Authorization`` header or the
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -275,6 +276,25 @@ def test_list_and_detail_show_progress(airflow: Airflow, running: str) -> None:
     assert detail["drift"] == {"watch": [], "reopened": 0}
     assert detail["plan"]["estimate"] == 3_000
     assert detail["permissions"] == {"can_control": False, "can_trigger": False}
+
+
+def test_the_eta_and_average_rate_are_the_cores(
+    airflow: Airflow, running: str, dags_folder: Path, mongo_uri: str, db: Database[Any]
+) -> None:
+    """The page shows the core's ETA and average (as the CLI does), never a guess of its own:
+    with no start time to tell them by, both are unknown even though progress was sampled."""
+    airflow.get("/api/migrations")
+    with make_kit(mongo_uri, db, dags_folder) as kit:
+        kit.run_background_slice(running, slice_ms=100)
+        db.migronaut_background.update_one({"_id": running}, {"$unset": {"started_at": ""}})
+        core = kit.background_status(running)
+    time.sleep(1.6)  # the sampler's spacing: the next reading is a second sample
+    row = airflow.get("/api/migrations").json()["migrations"][0]
+    assert row["throughput"]["docs_per_second"] > 0
+    assert core["status"] == "running"
+    assert core["eta_seconds"] is None
+    assert row["eta_seconds"] is None
+    assert row["throughput"]["average_docs_per_second"] is None
 
 
 def test_no_document_value_leaves_the_server(

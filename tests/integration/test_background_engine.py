@@ -328,3 +328,28 @@ def test_a_duplicate_key_is_a_document_error(
     assert sample["reason"] == "write"
     assert sample["error"] == "duplicate key on index email_1 (code 11000)"
     assert "same@example.com" not in repr(view)
+
+
+def test_the_failed_document_count_includes_the_pass_not_yet_rolled_up(
+    mongo_uri: str, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    """Before the coordinator rolls a pass up, its failed documents count already (the CLI and
+    the UI read this one total); after it, they are not counted twice."""
+    seed_users(db, 300)
+    db.users.insert_one({"_id": 10_000, "name": 7, "_v": 1, "n": 10_000})  # migrate() fails
+    write_background(migrations, batch_size=100, max_parallel=1, extra='"max_document_errors": 5,')
+    with make_kit(mongo_uri, db, migrations) as kit:
+        kit.up()
+        assert kit.coordinate_background(SPLIT_NAME).next == "process"
+        for _ in range(20):
+            if kit.run_background_slice(SPLIT_NAME).outcome == "exhausted":
+                break
+        during = kit.background_status(SPLIT_NAME)
+        assert during["status"] == "running"
+        assert during["failed_documents"] == 1
+        for _ in range(10):
+            if kit.coordinate_background(SPLIT_NAME).next == "done":
+                break
+        after = kit.background_status(SPLIT_NAME)
+    assert after["status"] == "completed"
+    assert after["failed_documents"] == 1
