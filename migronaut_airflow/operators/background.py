@@ -73,6 +73,16 @@ class MigronautOperator(BaseOperator):
     def kit(self) -> Migronaut:
         return self.hook.get_conn()
 
+    def coordinate(self, migration: str, context: Context, round_: int | None) -> Answer:
+        """One coordinator step for this DAG run's round; errors as :func:`fail_fast` says."""
+        try:
+            return self.kit.coordinate_background(
+                migration,
+                driver=Driver("airflow", ref=context["run_id"], round=round_, rounds=True),
+            )
+        except MigronautError as exc:
+            raise fail_fast(exc) from exc
+
     def post_execute(self, context: Context, result: Any = None) -> None:
         self.hook.close()
 
@@ -85,6 +95,12 @@ def fail_fast(error: MigronautError) -> Exception:
     if error.retryable:
         return error
     return AirflowFailException(f"{error.code}: {error.message}")
+
+
+def requester(requested_by: str | None, context: Context) -> str | None:
+    """Who asks: ``requested_by`` if given, else the user who triggered the DAG run."""
+    dag_run = context.get("dag_run")
+    return requested_by or getattr(dag_run, "triggering_user_name", None) or None
 
 
 def check_event(event: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -120,15 +136,9 @@ class CoordinateBackgroundOperator(MigronautOperator):
         return self._step(context, int(round_) if round_ is not None else None)
 
     def _step(self, context: Context, round_: int | None) -> list[int]:
-        try:
-            answer = self.kit.coordinate_background(
-                self.migration,
-                driver=Driver("airflow", ref=context["run_id"], round=round_, rounds=True),
-            )
-        except MigronautError as exc:
-            raise fail_fast(exc) from exc
+        answer = self.coordinate(self.migration, context, round_)
         if answer.next in ("done", "superseded"):
-            end_round(self.migration, answer)
+            raise AirflowSkipException(end_round(self.migration, answer))
         if answer.next in ("wait", "busy"):
             self.log.info(
                 "%s: %s (%s); stepping again later", self.migration, answer.next, answer.reason
@@ -156,13 +166,16 @@ class CoordinateBackgroundOperator(MigronautOperator):
         return list(range(answer.lanes))
 
 
-def end_round(migration: str, answer: Answer) -> None:
-    """A coordinator said there is nothing to drive: fail on a failed migration, else skip."""
+def end_round(migration: str, answer: Answer) -> str:
+    """A coordinator said there is nothing to drive: fail on a failed migration, else say why.
+
+    :raises AirflowFailException: the migration failed.
+    """
     if answer.next == "superseded":
-        raise AirflowSkipException(f"{migration}: a newer run drives it (round superseded)")
+        return f"{migration}: a newer run drives it (round superseded)"
     if answer.status == "failed":
         raise AirflowFailException(f"background migration {migration} failed: {answer.error}")
-    raise AirflowSkipException(f"{migration} is {answer.status}; nothing to drive")
+    return f"{migration} is {answer.status}; nothing to drive"
 
 
 class BackgroundLaneOperator(MigronautOperator):
@@ -239,54 +252,33 @@ class BackgroundLaneOperator(MigronautOperator):
         }
 
 
-class ContinueBackgroundOperator(TriggerDagRunOperator):
+class ContinueBackgroundOperator(MigronautOperator, TriggerDagRunOperator):
     """Close this round: one more coordinator step, and a new DAG run if work is left.
 
     The new run queues behind this one (the DAG allows one active run) and takes
-    the next round; this one ends.
+    the next round; this one ends. Takes :class:`MigronautOperator`'s connection
+    arguments.
     """
 
     template_fields: Sequence[str] = (*TriggerDagRunOperator.template_fields, "migration")
 
     def __init__(
-        self,
-        *,
-        migration: str,
-        coordinate_task_id: str = "coordinate",
-        mongo_conn_id: str = MigronautHook.default_conn_name,
-        migrations_dir: str | None = None,
-        database: str | None = None,
-        migronaut_config: Mapping[str, Any] | None = None,
-        conn_id: str | None = None,
-        **kwargs: Any,
+        self, *, migration: str, coordinate_task_id: str = "coordinate", **kwargs: Any
     ) -> None:
         kwargs.setdefault("trigger_dag_id", dag_id_for(migration))
         kwargs.setdefault("conf", {"reason": "continue"})
         super().__init__(**kwargs)
         self.migration = migration
         self.coordinate_task_id = coordinate_task_id
-        self.hook = MigronautHook(
-            mongo_conn_id_from(mongo_conn_id, conn_id),
-            migrations_dir=migrations_dir,
-            database=database,
-            config=migronaut_config,
-        )
 
     def execute(self, context: Context) -> Any:
         round_ = context["ti"].xcom_pull(task_ids=self.coordinate_task_id, key="round")
         try:
-            answer = self.hook.get_conn().coordinate_background(
-                self.migration,
-                driver=Driver("airflow", ref=context["run_id"], round=round_, rounds=True),
-            )
-        except MigronautError as exc:
-            raise fail_fast(exc) from exc
+            answer = self.coordinate(self.migration, context, round_)
         finally:
             self.hook.close()
         if answer.next in ("done", "superseded"):
-            if answer.status == "failed":
-                end_round(self.migration, answer)
-            self.log.info("%s: %s (%s); no new run", self.migration, answer.next, answer.status)
+            self.log.info("%s; no new run", end_round(self.migration, answer))
             return answer.to_dict()
         self.log.info("%s: %s; starting the next round", self.migration, answer.next)
         return super().execute(context)
@@ -317,8 +309,7 @@ class BackgroundControlOperator(MigronautOperator):
         self.requested_by = requested_by
 
     def execute(self, context: Context) -> list[str]:
-        dag_run = context.get("dag_run")
-        who = self.requested_by or getattr(dag_run, "triggering_user_name", None) or None
+        who = requester(self.requested_by, context)
         try:
             action = check_control(self.action)
             result = self.kit.control_background(
@@ -348,8 +339,7 @@ class MigrationsUpOperator(MigronautOperator):
         self.requested_by = requested_by
 
     def execute(self, context: Context) -> list[str]:
-        dag_run = context.get("dag_run")
-        who = self.requested_by or getattr(dag_run, "triggering_user_name", None) or None
+        who = requester(self.requested_by, context)
         try:
             result = self.kit.up(
                 requested_by=who,

@@ -24,7 +24,9 @@ from migronaut_airflow.operators.background import (
     CoordinateBackgroundOperator,
     HealBackgroundOperator,
     MigrationsUpOperator,
+    MigronautOperator,
     VerifyDriftOperator,
+    requester,
 )
 from migronaut_airflow.sensors.lanes import BackgroundLanesSensor
 from migronaut_airflow.triggers.lanes import BackgroundLanesTrigger
@@ -46,7 +48,7 @@ BUILDERS: dict[str, Builder] = {
     ),
     "lane": lambda kw: BackgroundLaneOperator(task_id="t", migration="m", **kw).mongo_conn_id,
     "continue": lambda kw: (
-        ContinueBackgroundOperator(task_id="t", migration="m", **kw).hook.mongo_conn_id
+        ContinueBackgroundOperator(task_id="t", migration="m", **kw).mongo_conn_id
     ),
     "control": lambda kw: (
         BackgroundControlOperator(task_id="t", migration="m", action="pause", **kw).mongo_conn_id
@@ -157,3 +159,27 @@ def test_build_dags_passes_the_connection_to_every_task(
         ],
         CONN,
     )
+
+
+def test_the_continue_operator_takes_the_base_operators_connection_and_lazy_hook() -> None:
+    carry_on = ContinueBackgroundOperator(
+        task_id="t", migration="m", mongo_conn_id=CONN, database="shop", migronaut_config={"a": 1}
+    )
+    assert isinstance(carry_on, MigronautOperator)
+    assert "hook" not in vars(carry_on)  # built on first use, not when the DAG file is parsed
+    hook = carry_on.hook
+    assert (hook.mongo_conn_id, hook.database, hook.config) == (CONN, "shop", {"a": 1})
+    assert carry_on.trigger_dag_id == "migronaut_bg__m"
+
+
+@pytest.mark.parametrize(
+    ("given", "triggered_by", "expected"),
+    [("ops", "alice", "ops"), (None, "alice", "alice"), ("", None, None), (None, "", None)],
+)
+def test_who_asks_is_the_argument_else_the_triggering_user(
+    given: str | None, triggered_by: str | None, expected: str | None
+) -> None:
+    class DagRun:
+        triggering_user_name = triggered_by
+
+    assert requester(given, {"dag_run": DagRun()}) == expected  # type: ignore[typeddict-item]
