@@ -10,7 +10,6 @@ CDN, no build step.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -25,7 +24,7 @@ from migronaut_airflow.plugins.access import CurrentUser, Reader, login_url
 from migronaut_airflow.plugins.api import Kit, wanted_statuses
 from migronaut_airflow.plugins.models import ErrorBody
 from migronaut_core import CONTROL_ACTIONS, ControlAction
-from migronaut_core.background.control.actions import DESTRUCTIVE
+from migronaut_core.background.control.actions import DESTRUCTIVE, EXPLANATIONS, LABELS
 from migronaut_core.background.control.states import STATUSES
 from migronaut_core.changelog import MAX_REASON_LENGTH
 from migronaut_core.errors import NotAppliedError
@@ -55,28 +54,10 @@ class Control:
     destructive: bool
 
 
-#: How the page words each action: its button's label and what it does.
-_WORDING: Final[Mapping[ControlAction, tuple[str, str]]] = {
-    "pause": ("Pause", "Lanes stop before their next batch; resume continues."),
-    "resume": ("Resume", "Run again from the checkpoints; starts its DAG."),
-    "cancel": (
-        "Cancel",
-        "Stop for good: open partitions are cancelled (retry picks them up again).",
-    ),
-    "retry": ("Retry", "Retry a failed or cancelled migration from its checkpoints."),
-    "retry_from_start": (
-        "Retry from start",
-        "Throw this pass's progress and failed documents away and plan again.",
-    ),
-    "repin": ("Repin", "Pin the migration file on disk as its version."),
-    "unlock": (
-        "Unlock",
-        "Clear the coordinator lock and every lease; live lanes are cut off at their next write.",
-    ),
-}
-#: The buttons, one per core action, in the core's order.
+#: The buttons, one per core action, in the core's order, worded by the core.
 CONTROLS: Final = tuple(
-    Control(name, *_WORDING[name], destructive=name in DESTRUCTIVE) for name in CONTROL_ACTIONS
+    Control(name, LABELS[name], EXPLANATIONS[name], destructive=name in DESTRUCTIVE)
+    for name in CONTROL_ACTIONS
 )
 
 router = APIRouter(include_in_schema=False)

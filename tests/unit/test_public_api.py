@@ -49,6 +49,8 @@ def test_the_control_actions_are_listed_once_and_every_table_covers_them() -> No
     assert get_args(migronaut_core.ControlAction) == migronaut_core.CONTROL_ACTIONS
     assert set(actions.SUMMARIES) == set(actions.CONTROL_ACTIONS)
     assert set(actions.DONE) == set(actions.CONTROL_ACTIONS)
+    assert set(actions.LABELS) == set(actions.CONTROL_ACTIONS)
+    assert set(actions.EXPLANATIONS) == set(actions.CONTROL_ACTIONS)
     for subset in (actions.RESTARTING, actions.DESTRUCTIVE, actions.STOPPING, actions.RETRYING):
         assert subset <= set(actions.CONTROL_ACTIONS)
 

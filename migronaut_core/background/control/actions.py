@@ -47,6 +47,33 @@ SUMMARIES: Final[Mapping[ControlAction, str]] = MappingProxyType(
         "unlock": "clear the coordinator lock and every lease of a stuck one",
     }
 )
+#: Each action's name on a button (the UI's).
+LABELS: Final[Mapping[ControlAction, str]] = MappingProxyType(
+    {
+        "pause": "Pause",
+        "resume": "Resume",
+        "cancel": "Cancel",
+        "retry": "Retry",
+        "retry_from_start": "Retry from start",
+        "repin": "Repin",
+        "unlock": "Unlock",
+    }
+)
+#: What each action does, for someone about to press it (the UI's help).
+EXPLANATIONS: Final[Mapping[ControlAction, str]] = MappingProxyType(
+    {
+        "pause": "Lanes stop before their next batch; resume continues.",
+        "resume": "Run again from the checkpoints; its driver (a DAG run) is started.",
+        "cancel": "Stop for good: open partitions are cancelled (retry picks them up again).",
+        "retry": "Retry a failed or cancelled migration from its checkpoints.",
+        "retry_from_start": "Throw this pass's progress and failed documents away and plan again.",
+        "repin": "Pin the migration file on disk as its version.",
+        "unlock": (
+            "Clear the coordinator lock and every lease; "
+            "live lanes are cut off at their next write."
+        ),
+    }
+)
 #: How a report says that an action was done.
 DONE: Final[Mapping[ControlAction, str]] = MappingProxyType(
     {
