@@ -16,7 +16,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from pymongo.uri_parser import parse_uri
 
@@ -47,6 +47,10 @@ _ENV_FLAGS: Mapping[str, bool] = {
 
 _COLLECTION_KEYS = ("changelog_collection", "lock_collection", "background_collection")
 _DATABASE_NAME = re.compile(r"^[^/\\. \"$*<>:|?\x00]{1,63}$")
+
+
+#: The default ``background_collection``: the prefix of the background engine's collections.
+DEFAULT_BACKGROUND_COLLECTION: Final = "migronaut_background"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +98,7 @@ class Config:
     migrations_dir: Path = Path("migrations")
     changelog_collection: str = "migronaut_changelog"
     lock_collection: str = "migronaut_lock"
-    background_collection: str = "migronaut_background"
+    background_collection: str = DEFAULT_BACKGROUND_COLLECTION
     lock_ttl_seconds: float = 60.0
     use_transaction: bool = False
     background_inline: bool = False

@@ -24,7 +24,7 @@ from migronaut_airflow.hooks.migronaut import MigronautHook, mongo_conn_id_from
 from migronaut_airflow.triggers.lanes import BackgroundLanesTrigger
 from migronaut_core.background.lanes.waiting import REASONS, LanesWatch
 from migronaut_core.background.store.lanes import read_lanes
-from migronaut_core.config import BackgroundCollections
+from migronaut_core.config import DEFAULT_BACKGROUND_COLLECTION, BackgroundCollections
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -73,7 +73,7 @@ class BackgroundLanesSensor(BaseSensorOperator):
         plan: str | XComArg,
         mongo_conn_id: str = MigronautHook.default_conn_name,
         database: str | None = None,
-        collection_prefix: str | XComArg = "migronaut_background",
+        collection_prefix: str | XComArg = DEFAULT_BACKGROUND_COLLECTION,
         poll_interval: float = 2.0,
         no_lease_grace_seconds: float = 30.0,
         deferrable: bool = True,

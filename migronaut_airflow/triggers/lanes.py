@@ -26,7 +26,7 @@ from pymongo import AsyncMongoClient
 from migronaut_airflow.hooks.migronaut import MigronautHook, mongo_conn_id_from
 from migronaut_core.background.lanes.waiting import LanesWatch
 from migronaut_core.background.store.lanes import read_lanes_async
-from migronaut_core.config import BackgroundCollections
+from migronaut_core.config import DEFAULT_BACKGROUND_COLLECTION, BackgroundCollections
 from migronaut_core.scrub import redact_uri
 
 #: Longest exception text an error event carries.
@@ -76,7 +76,7 @@ class BackgroundLanesTrigger(BaseTrigger):
         migration: str,
         generation: int,
         plan: str,
-        collection_prefix: str = "migronaut_background",
+        collection_prefix: str = DEFAULT_BACKGROUND_COLLECTION,
         poll_interval: float = 2.0,
         no_lease_grace_seconds: float = 30.0,
         conn_id: str | None = None,

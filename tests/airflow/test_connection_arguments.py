@@ -183,3 +183,12 @@ def test_who_asks_is_the_argument_else_the_triggering_user(
         triggering_user_name = triggered_by
 
     assert requester(given, {"dag_run": DagRun()}) == expected  # type: ignore[typeddict-item]
+
+
+def test_the_sensor_and_trigger_default_to_the_cores_collections() -> None:
+    from migronaut_core.config import Config
+
+    default = Config().background_collection
+    assert BackgroundLanesSensor(task_id="t", **LANES).collection_prefix == default
+    trigger = BackgroundLanesTrigger(database="shop", **LANES)
+    assert trigger.serialize()[1]["collection_prefix"] == default
