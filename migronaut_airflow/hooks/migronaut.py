@@ -67,7 +67,7 @@ class MigronautHook(BaseHook):
                 raise ConfigInvalidError(
                     f"connection {self.mongo_conn_id!r} names no database (its schema) and the "
                     "task gives none",
-                    {"key": "database", "conn_id": self.mongo_conn_id},
+                    {"key": "database", "mongo_conn_id": self.mongo_conn_id},
                 )
             overrides = {
                 **self.config,

@@ -47,17 +47,17 @@ class TargetNotConfiguredError(MigronautError):
 class Target:
     """A connection id and a migrations directory: what one kit is built from."""
 
-    conn_id: str
+    mongo_conn_id: str
     migrations_dir: str
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str] = os.environ) -> Target:
         """The DAG file's defaults: ``MIGRONAUT_CONN_ID`` and ``MIGRONAUT_MIGRATIONS_DIR``."""
-        conn_id = env.get(CONN_ID_ENV) or MigronautHook.default_conn_name
+        mongo_conn_id = env.get(CONN_ID_ENV) or MigronautHook.default_conn_name
         migrations = env.get(MIGRATIONS_DIR_ENV) or str(
             Path(conf.get("core", "dags_folder")) / "migrations"
         )
-        return cls(conn_id=conn_id, migrations_dir=str(Path(migrations).resolve()))
+        return cls(mongo_conn_id=mongo_conn_id, migrations_dir=str(Path(migrations).resolve()))
 
 
 class KitCache:
@@ -75,18 +75,20 @@ class KitCache:
         with self._lock:
             hook = self._hooks.get(target)
             if hook is None:
-                hook = MigronautHook(target.conn_id, migrations_dir=target.migrations_dir)
+                hook = MigronautHook(target.mongo_conn_id, migrations_dir=target.migrations_dir)
                 self._hooks[target] = hook
             try:
                 kit = hook.get_conn()
             except AirflowNotFoundException as exc:
                 raise TargetNotConfiguredError(
-                    f"the connection {target.conn_id!r} is not defined; set {CONN_ID_ENV} "
+                    f"the connection {target.mongo_conn_id!r} is not defined; set {CONN_ID_ENV} "
                     "or add the connection",
-                    {"conn_id": target.conn_id},
+                    {"mongo_conn_id": target.mongo_conn_id},
                 ) from exc
             except ConfigInvalidError as exc:
-                raise TargetNotConfiguredError(exc.message, {"conn_id": target.conn_id}) from exc
+                raise TargetNotConfiguredError(
+                    exc.message, {"mongo_conn_id": target.mongo_conn_id}
+                ) from exc
             kit.runtime  # noqa: B018 - built once here, not raced by request threads
             return kit
 

@@ -488,6 +488,17 @@ def test_unknown_migrations_and_conflicts(
 # -- schema and registration --------------------------------------------------------------------
 
 
+def test_an_unknown_connection_is_named_by_its_argument(
+    airflow: Airflow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MIGRONAUT_CONN_ID", "no_such_mongo")
+    answer = airflow.get("/api/migrations")
+    assert answer.status_code == 503
+    body = answer.json()
+    assert body["code"] == "NOT_CONFIGURED"
+    assert body["context"] == {"mongo_conn_id": "no_such_mongo"}
+
+
 def test_the_openapi_schema_lists_the_routes(airflow: Airflow) -> None:
     schema = airflow.get("/openapi.json").json()
     assert schema["servers"] == [{"url": UI}]
