@@ -422,12 +422,13 @@ def _step_done(partitions: Sequence[Document]) -> int:
 
 
 def average_rate(state: Document, done_now: int) -> float | None:
-    """Documents per second since the start, to its completion or now; None when untold."""
+    """Documents per second since the start, to its completion (else now); None when untold."""
     started = _time(state.get("started_at"))
-    if started is None or done_now <= 0:
+    completed = _time(state.get("completed_at"))
+    finished = state.get("status") == "completed"
+    if started is None or done_now <= 0 or (finished and completed is None):
         return None
-    completed = _time(state.get("completed_at")) if state.get("status") == "completed" else None
-    end = pendulum.now("UTC") if completed is None else pendulum.instance(completed)
+    end = pendulum.instance(completed) if finished and completed else pendulum.now("UTC")
     elapsed = (end - pendulum.instance(started)).total_seconds()
     return done_now / elapsed if elapsed > 0 else None
 

@@ -55,14 +55,14 @@ def test_control_background_applies_every_action_and_answers_a_control_result(
         return result
 
     assert control("pause", wait=True) == ControlResult("changed", "paused", stopped=True)
-    assert control("resume") == ControlResult("changed", "pending")
+    assert control("resume") == ControlResult("changed", "pending", may_run=True)
     assert control("cancel") == ControlResult("changed", "cancelled")
-    assert control("retry") == ControlResult("changed", "pending")
+    assert control("retry") == ControlResult("changed", "pending", may_run=True)
     kit.control_background(SPLIT_NAME, "cancel")
-    assert control("retry_from_start") == ControlResult("changed", "pending")
+    assert control("retry_from_start") == ControlResult("changed", "pending", may_run=True)
 
     write_background(migrations, batch_size=50, max_parallel=3)
-    assert control("repin") == ControlResult("changed", "pending", replan=True)
+    assert control("repin") == ControlResult("changed", "pending", replan=True, may_run=True)
     assert all(row.checksum_ok for row in kit.status() if row.name == SPLIT_NAME)
 
     unlocked = control("unlock")
@@ -95,8 +95,10 @@ def test_a_retry_may_repin_first(
     kit.up()
     kit.control_background(SPLIT_NAME, "cancel")
     write_background(migrations, batch_size=50, max_parallel=3)
+    repinned = kit.control_background(SPLIT_NAME, "repin")
+    assert (repinned.status, repinned.may_run) == ("cancelled", False)  # nothing to drive yet
     result = kit.control_background(SPLIT_NAME, "retry", repin=True)
-    assert result == ControlResult("changed", "pending")
+    assert result == ControlResult("changed", "pending", may_run=True)
     actions = [entry["action"] for entry in kit.background_history(SPLIT_NAME)]
     assert actions[-2:] == ["repin", "retry"]
     assert kit.background_status(SPLIT_NAME)["status"] == "pending"
