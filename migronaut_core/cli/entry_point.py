@@ -13,12 +13,12 @@ from collections.abc import Sequence
 
 from migronaut_core import Migronaut, MigronautError, load_config
 from migronaut_core.cli.output import print_error
-from migronaut_core.cli.parser import Handler, build_parser
+from migronaut_core.cli.parser import Handler, parse_arguments
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the exit status."""
-    args = build_parser().parse_args(argv)
+    args = parse_arguments(argv)
     if args.verbose:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     else:

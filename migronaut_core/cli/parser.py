@@ -2,12 +2,14 @@
 
 Each command sets ``handler`` on the parsed namespace to a :data:`Handler`, which
 :func:`~migronaut_core.cli.entry_point.main` calls with the open kit.
+:func:`parse_arguments` also refuses combinations argparse cannot express (a usage
+error, exit status 2) so no option is ever silently ignored.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from migronaut_core import CONTROL_ACTIONS, Migronaut
@@ -38,6 +40,28 @@ def build_parser() -> argparse.ArgumentParser:
         background_parser.add_subparsers(dest="background_command", required=True, metavar="ACTION")
     )
     return parser
+
+
+#: converge's options that only make sense without ``--log`` (it changes nothing).
+_CONVERGE_ONLY = (("prune", "--prune"), ("reason", "--reason"), ("requested_by", "--requested-by"))
+
+
+def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse ``argv``; exit with a usage error (status 2) on options that cannot go together."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "converge":
+        problem = _converge_conflict(args)
+        if problem is not None:
+            parser.error(f"converge: {problem}")
+    return args
+
+
+def _converge_conflict(args: argparse.Namespace) -> str | None:
+    if not args.log:
+        return None if args.collection is None else "--collection needs --log"
+    given = [flag for attribute, flag in _CONVERGE_ONLY if getattr(args, attribute)]
+    return f"{', '.join(given)} cannot go with --log (it changes nothing)" if given else None
 
 
 def _add_runner_commands(commands: Any) -> None:

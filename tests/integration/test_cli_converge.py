@@ -58,3 +58,23 @@ def test_a_bad_definition_exits_with_the_config_error_code(
     result = migronaut(tmp_path, "converge", "--json")
     assert result.returncode == ConfigInvalidError.exit_code
     assert json.loads(result.stdout)["error"]["code"] == "CONFIG_INVALID"
+
+
+def test_options_that_would_be_ignored_are_a_usage_error_before_anything_is_written(
+    tmp_path: Path, mongo_uri: str, db: Database[dict[str, Any]]
+) -> None:
+    _configure(
+        tmp_path,
+        mongo_uri,
+        db.name,
+        '[collections.users]\nversioning = { field = "_v" }\n',
+    )
+    collection_without_log = migronaut(tmp_path, "converge", "--collection", "users")
+    assert collection_without_log.returncode == 2
+    assert "--collection needs --log" in collection_without_log.stderr
+    assert "users" not in db.list_collection_names()
+
+    for extra in (["--prune"], ["--reason", "tidy"], ["--requested-by", "ops"]):
+        log_with_change = migronaut(tmp_path, "converge", "--log", *extra)
+        assert log_with_change.returncode == 2, extra
+        assert f"{extra[0]} cannot go with --log" in log_with_change.stderr
