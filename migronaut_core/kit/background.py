@@ -17,6 +17,7 @@ from migronaut_core import files
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.control import actions as controls
 from migronaut_core.background.control.actions import ControlAction, ControlResult
+from migronaut_core.background.control.states import transition
 from migronaut_core.background.coordinator import Answer, Driver, coordinate
 from migronaut_core.background.dry_run import DryRunReport, StepDryRunReport
 from migronaut_core.background.dry_run import dry_run as preview
@@ -190,14 +191,26 @@ class BackgroundOperations(KitBase):
             return controls.unlock(self.runtime, name, actor=who)
         if action == "repin":
             return self._repin(name, who)
-        if repin:
-            self._repin(name, who)
+        replan = self._repin_for_retry(name, who) if repin else None
         if action == "retry_from_start":
-            return controls.control(self.runtime, name, "retry", actor=who, from_start=True)
-        result = controls.control(self.runtime, name, action, actor=who)
+            result = controls.control(self.runtime, name, "retry", actor=who, from_start=True)
+        else:
+            result = controls.control(self.runtime, name, action, actor=who)
         if wait:
             return replace(result, stopped=controls.wait_for_lanes(self.runtime, name))
-        return result
+        return result if replan is None else replace(result, replan=replan)
+
+    def _repin_for_retry(self, name: str, actor: Actor) -> bool | None:
+        """Repin before a retry, once the retry is known to fit the status; answer ``replan``.
+
+        A retry the state machine refuses raises here, so it leaves the file's pin
+        (spec, checksum, changelog) as it was.
+        """
+        state = self.runtime.store.get(name)
+        if state is not None:
+            status = state["status"]
+            transition(status, "reopen" if status == "completed" else "retry", migration=name)
+        return self._repin(name, actor).replan
 
     def _repin(self, name: str, actor: Actor) -> ControlResult:
         result, checksum = controls.repin(self.runtime, name, actor=actor)

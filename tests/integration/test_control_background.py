@@ -11,6 +11,7 @@ from pymongo.database import Database
 
 from migronaut_core import (
     CONTROL_ACTIONS,
+    BackgroundConflictError,
     BackgroundStatusView,
     ConfigInvalidError,
     ControlAction,
@@ -98,11 +99,33 @@ def test_a_retry_may_repin_first(
     repinned = kit.control_background(SPLIT_NAME, "repin")
     assert (repinned.status, repinned.may_run) == ("cancelled", False)  # nothing to drive yet
     result = kit.control_background(SPLIT_NAME, "retry", repin=True)
-    assert result == ControlResult("changed", "pending", may_run=True)
+    assert result == ControlResult("changed", "pending", replan=True, may_run=True)
     actions = [entry["action"] for entry in kit.background_history(SPLIT_NAME)]
     assert actions[-2:] == ["repin", "retry"]
     assert kit.background_status(SPLIT_NAME)["status"] == "pending"
     assert all(row.checksum_ok for row in kit.status() if row.name == SPLIT_NAME)
+
+
+def test_a_refused_retry_leaves_the_pin_as_it_was(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    seed_users(db, 100)
+    write_background(migrations, batch_size=50, max_parallel=2)
+    kit.up()
+    kit.control_background(SPLIT_NAME, "pause")
+    pinned = kit.runtime.store.get(SPLIT_NAME)
+    assert pinned is not None
+    history = kit.background_history(SPLIT_NAME)
+    write_background(migrations, batch_size=50, max_parallel=3)
+    for action in ("retry", "retry_from_start"):
+        with pytest.raises(BackgroundConflictError) as error:
+            kit.control_background(SPLIT_NAME, action, repin=True)
+        assert error.value.context["status"] == "paused"
+    after = kit.runtime.store.get(SPLIT_NAME)
+    assert after is not None
+    assert (after["checksum"], after["spec"]) == (pinned["checksum"], pinned["spec"])
+    assert kit.background_history(SPLIT_NAME) == history
+    assert not any(row.checksum_ok for row in kit.status() if row.name == SPLIT_NAME)
 
 
 def test_control_background_refuses_bad_requests_before_touching_anything(
