@@ -253,7 +253,7 @@ def control(kit: Migronaut, args: argparse.Namespace) -> int:
         repin=getattr(args, "repin", False),
     )
     if args.json:
-        emit({"name": name, "action": command, "previous": before, **result.to_dict()})
+        emit({"name": name, "action": action, "previous": before, **result.to_dict()})
     else:
         print(_control_line(name, action, before, result))
     return 0

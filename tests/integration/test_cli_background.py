@@ -109,6 +109,9 @@ def test_controls_record_who_and_why(
     assert "resumed (paused -> pending)" in resumed.stdout
     assert control("cancel", "--wait")["status"] == "cancelled"
     assert control("retry", "--requested-by", "ana")["status"] == "pending"
+    assert control("cancel")["status"] == "cancelled"
+    from_start = control("retry", "--from-start")
+    assert (from_start["action"], from_start["status"]) == ("retry_from_start", "pending")
     unlocked = control("unlock")
     assert unlocked["action"] == "unlock" and unlocked["leases"] == 0
 
