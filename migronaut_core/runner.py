@@ -352,12 +352,6 @@ class MigrationRunner:
             adopted=applied and record is not None and record.adopted,
         )
 
-    # -- create --------------------------------------------------------------------------
-
-    def create(self, title: str, *, background: bool = False) -> Path:
-        """Write a new migration file from its template; return its path."""
-        return files.write_new(self.migrations_dir, title, background=background)
-
     # -- what runs and previews share ------------------------------------------------------
 
     def check_target(self, migration: LoadedMigration, direction: Direction) -> None:
