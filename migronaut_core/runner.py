@@ -1,10 +1,12 @@
-"""The migration runner: ``up``, ``down``, ``status`` and ``create``.
+"""The migration runner: ``up``, ``down`` and ``status``.
 
 A run takes the ``migrations`` lock, checks everything it is about to do (names,
-checksums of applied files, that every target module loads, that irreversible
-ones are not being reverted, that transactions are available when asked for) and
-only then executes migrations one by one, recording each in the changelog. A
-failure stops the run at that migration; the ones before it stay applied.
+checksums of applied files, that every target module loads, that ``requires``
+name earlier background migrations, that irreversible ones are not being
+reverted, that transactions are available when asked for) and only then executes
+migrations one by one, recording each in the changelog. ``up`` checks its
+targets once before the lock too, so a wrong one writes nothing, not even the
+lock. A failure stops the run at that migration; the ones before it stay applied.
 
 Background migrations plug in through :class:`BackgroundHooks`: ``up`` registers
 them, ``down`` reverts or withdraws them, and the ``requires`` guard stops a
@@ -276,17 +278,30 @@ class MigrationRunner:
         opts = options or RunOptions()
         actor = with_default_user(opts.actor)
         available = files.discover(self.migrations_dir)
+        self._checked_up_targets(available, to=to, only=only, opts=opts)
         with self.locked(actor, opts) as lock:
             self.changelog.ensure_indexes(create=self.config.ensure_indexes)
-            applied = self.changelog.applied()
-            check_checksums(available, applied, allow_mismatch=opts.allow_checksum_mismatch)
-            targets = pending_targets(available, applied, to=to, only=only)
-            loaded = [files.load(target) for target in targets]
-            for migration in loaded:
-                self.check_target(migration, "up")
+            loaded = self._checked_up_targets(available, to=to, only=only, opts=opts)
             self.check_transactions(loaded)
             self._prepare_background(loaded)
             return self._execute_all("up", loaded, _Run(new_run_id(), lock, actor, opts))
+
+    def _checked_up_targets(
+        self, available: list[MigrationFile], *, to: str | None, only: str | None, opts: RunOptions
+    ) -> list[LoadedMigration]:
+        """The pending targets of ``up``, each checked (checksums, ``requires``); reads only.
+
+        Called before the lock too, so a wrong target is refused before the lock or
+        any index is written; again under it, where another run may have moved on.
+        """
+        applied = self.changelog.applied()
+        check_checksums(available, applied, allow_mismatch=opts.allow_checksum_mismatch)
+        loaded = [
+            files.load(target) for target in pending_targets(available, applied, to=to, only=only)
+        ]
+        for migration in loaded:
+            self.check_target(migration, "up")
+        return loaded
 
     # -- down ----------------------------------------------------------------------------
 
