@@ -36,7 +36,11 @@ logger = logging.getLogger(__name__)
 
 #: State directory of the CLI, relative to the working directory.
 DEFAULT_STATE_DIR = Path(".migronaut")
+# The state and lock files keep the name of the module's former incarnation (the dev
+# server): renamed, a ``stop`` or ``start`` of this release would not see a server an
+# earlier one started and would orphan it (or start a second one on the same data).
 _STATE_FILE = "devserver.json"
+_LOCK_FILE = "devserver.lock"
 _CLI_SET_NAME = "migronaut"
 
 
@@ -89,7 +93,7 @@ def _terminate_pid(pid: int, timeout: float) -> bool:
 @contextlib.contextmanager
 def _locked(state_dir: Path) -> Iterator[None]:
     state_dir.mkdir(parents=True, exist_ok=True)
-    with (state_dir / "devserver.lock").open("w") as handle:
+    with (state_dir / _LOCK_FILE).open("w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         yield
 
@@ -121,7 +125,7 @@ def _cli_stop(state_dir: Path, timeout: float = 30.0) -> int:
     with _locked(state_dir):
         state = read_json(_state_path(state_dir))
         if state is None:
-            print(f"no dev server recorded in {state_dir}", file=sys.stderr)
+            print(f"no mongod recorded in {state_dir}", file=sys.stderr)
             return 0
         pid = _verified_pid(state)
         if pid is None:
@@ -137,7 +141,7 @@ def _cli_stop(state_dir: Path, timeout: float = 30.0) -> int:
                 )
             logger.info("stopped mongod pid=%s in %.1fs", pid, time.monotonic() - started)
         _state_path(state_dir).unlink(missing_ok=True)
-        print(f"stopped dev server (data kept in {state_dir / 'mongod'})", file=sys.stderr)
+        print(f"stopped mongod (data kept in {state_dir / 'mongod'})", file=sys.stderr)
         return 0
 
 
@@ -145,7 +149,7 @@ def _cli_uri(state_dir: Path) -> int:
     state = read_json(_state_path(state_dir))
     if state is None or _verified_pid(state) is None:
         print(
-            f"no dev server running in {state_dir}; "
+            f"no mongod running in {state_dir}; "
             "start one with `python -m migronaut_dev.mongod start`",
             file=sys.stderr,
         )
@@ -162,7 +166,7 @@ def _cli_status(state_dir: Path) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the dev server CLI; return its exit status."""
+    """Run ``python -m migronaut_dev.mongod``; return its exit status."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--state-dir",

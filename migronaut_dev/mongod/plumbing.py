@@ -87,7 +87,7 @@ def direct_client(
         serverSelectionTimeoutMS=timeout_ms,
         connectTimeoutMS=timeout_ms,
         socketTimeoutMS=max(timeout_ms, 10_000),
-        appname="migronaut-devserver",
+        appname="migronaut-dev-mongod",
     )
     try:
         yield client

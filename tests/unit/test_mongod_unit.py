@@ -1,4 +1,4 @@
-"""The parts of the dev server that need no mongod: lookup, resolution, arguments."""
+"""The parts of migronaut_dev.mongod that need no mongod: lookup, resolution, arguments."""
 
 from __future__ import annotations
 
@@ -149,7 +149,7 @@ def test_data_dir_of_another_set_is_refused(tmp_path: Path) -> None:
 def test_cli_without_a_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     state_dir = tmp_path / "state"
     assert main(["uri", "--state-dir", str(state_dir)]) == 1
-    assert "no dev server running" in capsys.readouterr().err
+    assert "no mongod running" in capsys.readouterr().err
     assert main(["status", "--state-dir", str(state_dir)]) == 0
     assert json.loads(capsys.readouterr().out)["running"] is False
     assert main(["stop", "--state-dir", str(state_dir)]) == 0
