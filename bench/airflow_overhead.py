@@ -42,7 +42,6 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
-from urllib.parse import urlsplit  # noqa: E402
 
 from airflow.models.xcom import XComModel  # noqa: E402
 from airflow.utils.session import create_session  # noqa: E402
@@ -50,6 +49,7 @@ from pymongo.database import Database  # noqa: E402
 
 from bench import common  # noqa: E402
 from migronaut_airflow.operators.background import dag_id_for  # noqa: E402
+from migronaut_dev.endpoints import airflow_connection  # noqa: E402
 
 DAG_FILE = """\
 from migronaut_airflow.dags.factory import build_dags
@@ -58,14 +58,6 @@ globals().update(build_dags({directory!r}))
 """
 #: dag.test() runs at most this many times (each is one coordinator round).
 MAX_DAG_RUNS = 50
-
-
-def airflow_connection_uri(mongo_uri: str, database: str) -> str:
-    """The ``mongo://host:port/db?...`` form Airflow reads from ``AIRFLOW_CONN_*``."""
-    parts = urlsplit(mongo_uri)
-    host = parts.netloc.split(",")[0]
-    query = f"?{parts.query}" if parts.query else ""
-    return f"mongo://{host}/{database}{query}"
 
 
 def migrate_metadata_db() -> float:
@@ -115,7 +107,7 @@ def sensor_reason(dag_run: Any) -> Any:
 
 def run_airflow(uri: str, db: Database[dict[str, Any]], count: int) -> dict[str, Any]:
     directory = common.migrations_dir()
-    os.environ["AIRFLOW_CONN_MIGRONAUT_DEFAULT"] = airflow_connection_uri(uri, db.name)
+    os.environ["AIRFLOW_CONN_MIGRONAUT_DEFAULT"] = airflow_connection(uri, db.name)
     with common.kit(uri, db.name, directory) as k:
         k.up()
         dag, parse_seconds = load_dag(directory)

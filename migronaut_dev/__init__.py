@@ -5,6 +5,8 @@
 - :mod:`migronaut_dev.airflow_standalone` — ``airflow standalone`` on loopback,
   driven through its REST API (end-to-end tests and the demo).
 - :mod:`migronaut_dev.demo` — the Airflow half of ``scripts/demo.sh``.
+- :mod:`migronaut_dev.endpoints` — a free loopback port, and the Airflow ``mongo``
+  connection of a MongoDB URI (the demo, the tests and the benchmarks share both).
 
 Tests, benchmarks and scripts import these modules by name; the development
 install (the top-level ``pyproject.toml``) puts this package on the path. Unlike

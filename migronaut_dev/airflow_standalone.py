@@ -17,7 +17,6 @@ import itertools
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,10 +31,10 @@ import httpx
 import psutil
 
 from migronaut_dev import REPO_ROOT
+from migronaut_dev.endpoints import LOOPBACK, free_port
 
 #: Where the simple auth manager of ``airflow standalone`` writes the admin password.
 PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
-LOOPBACK = "127.0.0.1"
 #: Run states a DAG run does not leave.
 FINISHED_RUN_STATES = frozenset({"success", "failed"})
 #: The process title Airflow's task runner takes: ``airflow worker -- <task instance id>``.
@@ -47,13 +46,6 @@ _FACTORY_IMPORT = "from migronaut_airflow.dags.factory import build_dags\n"
 
 class AirflowStandaloneError(RuntimeError):
     """``airflow standalone`` did not start, died, or did not do what was asked in time."""
-
-
-def free_port() -> int:
-    """A TCP port on loopback that nothing listens on now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
 
 
 def parse_time(value: str | None) -> datetime | None:

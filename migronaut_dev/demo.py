@@ -11,7 +11,6 @@ it created itself (it leaves a marker in each).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -20,7 +19,6 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
 
 from pymongo import MongoClient
 from pymongo.errors import PyMongoError
@@ -35,6 +33,7 @@ from migronaut_dev.airflow_standalone import (
     install_dag_file,
     parse_time,
 )
+from migronaut_dev.endpoints import airflow_connection
 
 DEMO_MIGRATIONS = REPO_ROOT / "examples" / "demo" / "migrations"
 DEMO_BACKGROUND = "20260103000000_split_user_names"
@@ -49,31 +48,6 @@ DEFAULT_HOME = REPO_ROOT / ".migronaut" / "airflow"
 
 class DemoError(RuntimeError):
     """The demo did not get where it should; the message says where it stopped."""
-
-
-def airflow_connection(uri: str, database: str) -> str:
-    """An Airflow ``mongo`` connection (JSON) for a MongoDB URI and a database.
-
-    Every host, credentials, ``mongodb+srv`` (extra ``srv``) and the URI's options
-    (extras, handed to ``MongoClient``) are kept.
-    """
-    parts = urlsplit(uri)
-    if parts.scheme not in ("mongodb", "mongodb+srv"):
-        raise DemoError(f"not a MongoDB URI (scheme {parts.scheme!r})")
-    userinfo, _, hosts = parts.netloc.rpartition("@")
-    login, _, password = userinfo.partition(":")
-    extra: dict[str, Any] = dict(parse_qsl(parts.query))
-    if parts.scheme == "mongodb+srv":
-        extra["srv"] = True
-    connection = {
-        "conn_type": "mongo",
-        "host": hosts,
-        "schema": database,
-        "login": unquote(login) or None,
-        "password": unquote(password) or None,
-        "extra": extra,
-    }
-    return json.dumps({key: value for key, value in connection.items() if value is not None})
 
 
 def _took(start: str | None, end: str | None) -> str:
@@ -99,6 +73,16 @@ class Demo:
         """Announce a step, with the seconds since the demo started."""
         print(f"==> [{time.monotonic() - self.started:5.1f}s] {text}", flush=True)
 
+    def connection(self) -> str:
+        """The demo's ``mongo`` connection for Airflow.
+
+        :raises DemoError: the demo's URI is not a MongoDB URI.
+        """
+        try:
+            return airflow_connection(self.uri, self.database)
+        except ValueError as exc:
+            raise DemoError(str(exc)) from exc
+
     def run(self) -> None:
         self.started = time.monotonic()
         self.reset_home()
@@ -108,7 +92,7 @@ class Demo:
         install_dag_file(self.home / "dags", DEMO_DAG_OPTIONS)
         env = {
             "MIGRONAUT_MIGRATIONS_DIR": str(DEMO_MIGRATIONS),
-            "AIRFLOW_CONN_MIGRONAUT_DEFAULT": airflow_connection(self.uri, self.database),
+            "AIRFLOW_CONN_MIGRONAUT_DEFAULT": self.connection(),
         }
         kit = Migronaut(uri=self.uri, database=self.database, migrations_dir=str(DEMO_MIGRATIONS))
         with AirflowStandalone(self.home, self.home / "dags", env) as airflow, kit:

@@ -23,8 +23,8 @@ from typing import Any
 from pymongo.errors import PyMongoError
 
 from migronaut_core.errors import MigronautError, ServerUnavailableError
+from migronaut_dev.endpoints import LOOPBACK
 from migronaut_dev.mongod.plumbing import (
-    LOOPBACK,
     direct_client,
     pid_alive,
     read_json,

@@ -21,10 +21,7 @@ from typing import Any
 from pymongo import MongoClient
 from pymongo.errors import PyMongoError
 
-from migronaut_core.errors import ServerUnavailableError
-
-#: Interface every local server binds to.
-LOOPBACK = "127.0.0.1"
+from migronaut_dev.endpoints import LOOPBACK
 
 _PR_SET_PDEATHSIG = 1
 
@@ -53,16 +50,6 @@ def die_with_parent_preexec() -> Callable[[], None] | None:
             os._exit(1)
 
     return preexec
-
-
-def free_port(exclude: set[int]) -> int:
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((LOOPBACK, 0))
-            port = int(sock.getsockname()[1])
-        if port not in exclude:
-            return port
-    raise ServerUnavailableError("no free loopback port found")
 
 
 def port_is_free(port: int) -> bool:

@@ -28,13 +28,12 @@ from pymongo import MongoClient
 from pymongo.errors import OperationFailure, PyMongoError
 
 from migronaut_core.errors import ConfigInvalidError, ServerUnavailableError
+from migronaut_dev.endpoints import LOOPBACK, free_port
 from migronaut_dev.mongod.binary import find_mongod
 from migronaut_dev.mongod.plumbing import (
-    LOOPBACK,
     answers,
     die_with_parent_preexec,
     direct_client,
-    free_port,
     is_writable_primary,
     pid_alive,
     port_is_free,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.airflow import mongo_connection_uri
+from migronaut_dev.endpoints import airflow_connection
 
 AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="migronaut-airflow-home-"))
 DAGS_FOLDER = AIRFLOW_HOME / "dags"
@@ -72,7 +72,7 @@ def migronaut_connection(mongo_uri: str, db: object) -> Iterator[str]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(
             "AIRFLOW_CONN_MIGRONAUT_DEFAULT",
-            mongo_connection_uri(mongo_uri, db.name),  # type: ignore[attr-defined]
+            airflow_connection(mongo_uri, db.name),  # type: ignore[attr-defined]
         )
         yield "migronaut_default"
 

@@ -23,7 +23,8 @@ from pymongo.database import Database
 from migronaut_airflow.operators.background import dag_id_for
 from migronaut_core import Migronaut
 from migronaut_dev.airflow_standalone import AirflowStandalone, install_dag_file, overlapping
-from tests.support.airflow import log_tail_on_failure, mongo_connection_uri
+from migronaut_dev.endpoints import airflow_connection
+from tests.support.airflow import log_tail_on_failure
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -121,7 +122,7 @@ def setup(
         install_dag_file(root / "dags", DAG_OPTIONS)
         env = {
             "MIGRONAUT_MIGRATIONS_DIR": str(migrations),
-            "AIRFLOW_CONN_MIGRONAUT_DEFAULT": mongo_connection_uri(mongo_uri, db.name),
+            "AIRFLOW_CONN_MIGRONAUT_DEFAULT": airflow_connection(mongo_uri, db.name),
         }
         with make_kit(mongo_uri, db, migrations) as kit:
             kit.up()  # registers both background migrations; their DAGs run them

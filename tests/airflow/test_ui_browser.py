@@ -32,7 +32,8 @@ from pymongo.database import Database
 from migronaut_airflow.operators.background import dag_id_for
 from migronaut_core import Migronaut
 from migronaut_dev.airflow_standalone import AirflowStandalone, install_dag_file
-from tests.support.airflow import log_tail_on_failure, mongo_connection_uri
+from migronaut_dev.endpoints import airflow_connection
+from tests.support.airflow import log_tail_on_failure
 from tests.support.background import make_kit, seed_users, write_background
 from tests.support.browser import (
     ROOT,
@@ -134,7 +135,7 @@ def site(
         )
         env = {
             "MIGRONAUT_MIGRATIONS_DIR": str(migrations),
-            "AIRFLOW_CONN_MIGRONAUT_DEFAULT": mongo_connection_uri(mongo_uri, db.name),
+            "AIRFLOW_CONN_MIGRONAUT_DEFAULT": airflow_connection(mongo_uri, db.name),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"admin:admin,{USER}:{ROLE}",
         }
         with make_kit(mongo_uri, db, migrations) as kit:

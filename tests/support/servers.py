@@ -7,7 +7,6 @@ for tests that check what happens without a replica set.
 from __future__ import annotations
 
 import contextlib
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from typing import Any
 
 from pymongo import MongoClient
 
+from migronaut_dev.endpoints import free_port
 from migronaut_dev.mongod import find_mongod
 
 
@@ -34,9 +34,7 @@ def fail_point(
 @contextlib.contextmanager
 def standalone_mongod(dbpath: Path) -> Iterator[str]:
     """Run a ``mongod`` that is not a replica set on a free loopback port; its URI."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     dbpath.mkdir()
     process = subprocess.Popen(
         [

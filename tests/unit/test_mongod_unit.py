@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from migronaut_core.errors import ConfigInvalidError, ServerUnavailableError
+from migronaut_dev.endpoints import free_port
 from migronaut_dev.mongod import (
     DEMO_URI_ENV,
     MONGOD_BINARY_ENV,
@@ -20,7 +21,6 @@ from migronaut_dev.mongod import (
     resolve_server,
     start_replica_set,
 )
-from migronaut_dev.mongod.plumbing import free_port
 
 
 def _executable(path: Path) -> Path:
@@ -160,7 +160,7 @@ def test_cli_ignores_a_stale_state_file(tmp_path: Path) -> None:
     try:
         state = {
             "pid": bystander.pid,
-            "port": free_port(set()),
+            "port": free_port(),
             "uri": "mongodb://127.0.0.1:1/",
             "dbpath": str(tmp_path),
         }
