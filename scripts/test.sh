@@ -9,17 +9,8 @@ cd "$ROOT"
 
 # The browser test (tests/airflow/test_ui_browser.py) drives Debian's headless Chromium.
 if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "==> installing chromium and chromium-driver (apt-get)"
-    if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-      --no-install-recommends chromium chromium-driver >/dev/null; }; then
-      echo "==> installing chromium failed: the browser test will fail" >&2
-    fi
-  else
-    echo "==> chromium and chromium-driver are missing and cannot be installed here" \
-      "(needs root and apt-get): the browser test will fail;" \
-      "install them: apt-get install chromium chromium-driver" >&2
-  fi
+  apt_install "the browser test needs chromium and chromium-driver" chromium chromium-driver \
+    || echo "==> without them the browser test will fail" >&2
 fi
 
 echo "==> ruff"
