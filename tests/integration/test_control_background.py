@@ -98,6 +98,7 @@ def test_a_retry_may_repin_first(
     write_background(migrations, batch_size=50, max_parallel=3)
     repinned = kit.control_background(SPLIT_NAME, "repin")
     assert (repinned.status, repinned.may_run) == ("cancelled", False)  # nothing to drive yet
+    write_background(migrations, batch_size=50, max_parallel=4)  # edited again: a new pin
     result = kit.control_background(SPLIT_NAME, "retry", repin=True)
     assert result == ControlResult("changed", "pending", replan=True, may_run=True)
     actions = [entry["action"] for entry in kit.background_history(SPLIT_NAME)]
