@@ -293,3 +293,41 @@ def test_a_step_dry_run_runs_steps_from_the_checkpoint_and_writes_nothing(
         assert db.migronaut_background.find_one({"_id": SPLIT_NAME}) == state_before
         with pytest.raises(Exception, match="steps must be at most"):
             kit.dry_run_background(SPLIT_NAME, steps=101)
+
+
+FAILS_ONE_THEN_SLOWS = """
+background = {{"collection": "users", "from": 1, "to": 2, "batch_size": 64,
+               "max_parallel": 1, "transaction": True, "max_document_errors": 1}}
+armed = [True]
+
+def migrate(doc, ctx):
+    if doc["_id"] == 40:
+        if armed.pop() if armed else False:
+            ctx.client.admin.command(
+                "configureFailPoint", "failCommand", mode={{"times": 1}},
+                data={{"failCommands": ["find"], "errorCode": 50, "appName": "migronaut",
+                       "namespace": "{namespace}"}},
+            )
+        raise ValueError("cannot split this one")
+    return {{**doc, "ok": True}}
+"""
+
+
+def test_a_document_failed_before_the_batch_halves_is_counted_once(
+    mongo_uri: str, db: Database[dict[str, Any]], tmp_path: Path
+) -> None:
+    # Document 40 fails in a batch of 64 and arms a time error: the retried batch
+    # halves to 32 and no longer holds it, so only the next batch may record it.
+    seed_users(db, 200)
+    migrations = tmp_path / "migrations"
+    write_background(migrations, body=FAILS_ONE_THEN_SLOWS.format(namespace=f"{db.name}.users"))
+    with make_kit(mongo_uri, db, migrations) as kit:
+        kit.up()
+        view = kit.run_background(SPLIT_NAME)
+    assert view["status"] == "completed"
+    assert view["totals"]["failed"] == 1
+    assert view["totals"]["txn_retries"] >= 1  # the halving
+    state = db["migronaut_background"].find_one({"_id": SPLIT_NAME})
+    assert state is not None
+    assert state["bad_ids"] == [40]
+    assert db.users.count_documents({"ok": True}) == 199

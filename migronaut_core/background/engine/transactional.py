@@ -214,7 +214,12 @@ def _attempt(
                     strict=True,
                     abort_on_conflict=True,
                 )
-            result.errors = list(excluded.values())
+            # Only this attempt's documents: one excluded before a halving is read again later.
+            result.errors = [
+                excluded[key]
+                for key in (canonical_id_key(doc["_id"]) for doc in docs)
+                if key in excluded
+            ]
             bad_ids, doc_errors = errors_of(result.errors)
             # Failed documents were read and not rewritten: a draining partition steps over them.
             left = [doc["_id"] for doc in docs if canonical_id_key(doc["_id"]) in excluded]
