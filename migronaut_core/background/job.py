@@ -14,14 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.indexes import has_index, version_hint
+from migronaut_core.background.indexes import has_index, version_hint, wanted_version_index
 from migronaut_core.background.planning.partition import IdRangePartitioner, Partitioner, Plan
-from migronaut_core.background.planning.shard import (
-    UNKNOWN,
-    KeyedIdRangePartitioner,
-    ShardPartitioner,
-    sharded_version_index_key,
-)
+from migronaut_core.background.planning.shard import KeyedIdRangePartitioner, ShardPartitioner
 from migronaut_core.background.runtime import LoadedBackground, Runtime
 from migronaut_core.background.spec import (
     BackgroundFunctions,
@@ -51,7 +46,7 @@ class Job:
     generation: int = 0
     cancel: CancelToken = field(default_factory=CancelToken)
     #: How the collection is split, for the plan and status: ``{"mode": "off"}``
-    #: unless it is sharded (see :func:`~migronaut_core.background.coordinator.partitioner_for`).
+    #: unless it is sharded (see :func:`partitioner_for`).
     sharding: dict[str, Any] = field(default_factory=lambda: {"mode": "off"})
     #: How a write is guarded: ``pipeline`` (``_id`` filter, the version/revision test
     #: inside the update; MongoDB 5.0+) or ``filter`` (the test in the filter).
@@ -104,17 +99,18 @@ def partitioner_for(rt: Runtime, spec: BackgroundSpec, direction: Direction) -> 
     process) when the collection is sharded but that is not possible, with
     writes still carrying the shard key when it is known. Step migrations,
     ``background_shard_aware = "off"`` and unsharded deployments split by
-    ``_id`` without asking anything of the cluster.
+    ``_id`` without asking anything of the cluster. Which of these applies is
+    :func:`~migronaut_core.background.indexes.wanted_version_index`'s rule, the one
+    that also says which version index converge creates.
     """
     if spec.mode == "step":
         return Splitting(IdRangePartitioner(), None, {"mode": "off"})
     assert spec.collection is not None
-    if rt.shard_aware == "off" or not rt.shards.is_sharded():
+    wanted = wanted_version_index(rt, spec.collection, spec.field, spec.revision_field)
+    if wanted.sharding == "off":
         return Splitting(IdRangePartitioner(), version_hint(rt, spec), {"mode": "off"})
-    facts = rt.shards.sharding_of(f"{rt.db.name}.{spec.collection}")
+    facts = wanted.facts
     if facts is None:
-        return Splitting(IdRangePartitioner(), version_hint(rt, spec), {"mode": "off"})
-    if facts is UNKNOWN:
         rt.warn_once(
             f"shard-unknown:{spec.collection}",
             "%s: its shard key cannot be read (config needs clusterMonitor); background "
@@ -124,9 +120,7 @@ def partitioner_for(rt: Runtime, spec: BackgroundSpec, direction: Direction) -> 
         return Splitting(IdRangePartitioner(), version_hint(rt, spec), {"mode": "untargeted"})
     key = facts.key
     untargeted = {"mode": "untargeted", "key": key.to_document()}
-    index = sharded_version_index_key(spec.field, key)
-    stamped = {spec.field, spec.revision_field}
-    if any(name in stamped for name in key.names):
+    if not wanted.shard_keyed:
         rt.warn_once(
             f"shard-stamp:{spec.collection}",
             "%s: its shard key holds the version or revision field; background migrations "
@@ -134,6 +128,7 @@ def partitioner_for(rt: Runtime, spec: BackgroundSpec, direction: Direction) -> 
             spec.collection,
         )
         return Splitting(KeyedIdRangePartitioner(key), version_hint(rt, spec), untargeted)
+    index = wanted.key
     if not has_index(rt, spec.collection, index):
         rt.warn_once(
             f"shard-index:{spec.collection}",

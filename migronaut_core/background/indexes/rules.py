@@ -99,11 +99,16 @@ class WantedIndex:
     :param sharding: ``off`` (not sharded, or shard-awareness off), ``shard``
         (sharded, key read) or ``unknown`` (sharded, key unreadable).
     :param note: why the plain variant was chosen on a sharded collection.
+    :param facts: the collection's shard facts, when it is sharded and they were read.
+    :param shard_keyed: whether ``key`` is the sharded variant, so reads may follow
+        the shard key (sharded, key read, key holding neither stamp field).
     """
 
     key: IndexKey
     sharding: ShardingMode
     note: str | None = None
+    facts: Sharding | None = None
+    shard_keyed: bool = False
 
 
 def wanted_version_index(
@@ -131,8 +136,11 @@ def wanted_version_index(
             "shard",
             "the shard key holds the version or revision field: background migrations over "
             "it split by _id",
+            facts,
         )
-    return WantedIndex(sharded_version_index_key(field, facts.key), "shard")
+    return WantedIndex(
+        sharded_version_index_key(field, facts.key), "shard", facts=facts, shard_keyed=True
+    )
 
 
 def check_version_indexes(rt: Runtime, definitions: Sequence[CollectionDefinition]) -> None:
