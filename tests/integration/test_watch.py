@@ -408,3 +408,29 @@ def test_a_standby_takes_over_from_a_killed_leader_and_misses_nothing(
         first.close()
         if second is not None:
             second.close()
+
+
+def test_the_start_probe_reads_through_the_index_the_verify_probe_uses(
+    mongo_uri: str, db: Database[dict[str, Any]], tmp_path: Path
+) -> None:
+    # No {_v: 1, _id: 1} index, one led by _v: both probes hint it (never a guess).
+    migrations = tmp_path / "migrations"
+    write_background(migrations, batch_size=100, max_parallel=2)
+    seed_users(db, 50)
+    db.users.create_index([("_v", 1), ("n", 1)])
+    with make_kit(mongo_uri, db, migrations, lock_ttl_seconds=TTL_SECONDS) as kit:
+        kit.up()
+        assert kit.run_background(SPLIT_NAME, concurrency=2)["status"] == "completed"
+        db.command("profile", 2)
+        try:
+            with kit.watch_background(refresh_seconds=1.0) as watcher:
+                wait_until(lambda: streaming(watcher), what="the stream")
+        finally:
+            db.command("profile", 0)
+    probes = list(
+        db["system.profile"].find(
+            {"ns": f"{db.name}.users", "command.readConcern.level": "snapshot"}
+        )
+    )
+    assert probes
+    assert all(probe["command"].get("hint") == {"_v": 1, "n": 1} for probe in probes)

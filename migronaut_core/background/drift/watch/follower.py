@@ -39,6 +39,7 @@ from migronaut_core.background.drift.watch.edges import (
 )
 from migronaut_core.background.drift.watch.settings import WatchSettings
 from migronaut_core.background.drift.watch.upgrade import WATCH_ACTOR, Upgrader
+from migronaut_core.background.indexes import probe_hint
 from migronaut_core.background.job import job_for
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.store.watch import WATCH_COUNTERS, Fence, WatchStore
@@ -396,8 +397,9 @@ class Follower(threading.Thread):
                 "singleBatch": True,
                 "readConcern": {"level": "snapshot", "atClusterTime": at},
             }
-            if edge.job.hint is not None:
-                command["hint"] = dict(edge.job.hint)
+            hint = probe_hint(self.rt, edge.job.spec)
+            if hint is not None:
+                command["hint"] = dict(hint)
             try:
                 found = self.rt.db.command(command)["cursor"]["firstBatch"]
             except OperationFailure as error:
