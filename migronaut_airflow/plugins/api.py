@@ -29,7 +29,7 @@ from migronaut_airflow.plugins.runs import start_migration_dag
 from migronaut_airflow.plugins.target import current_kit
 from migronaut_airflow.plugins.throughput import ThroughputSampler
 from migronaut_core import ControlAction, Migronaut
-from migronaut_core.background.control.states import STATUSES
+from migronaut_core.background.states import STATUSES
 from migronaut_core.errors import ConfigInvalidError, MigronautError
 
 log = logging.getLogger(__name__)

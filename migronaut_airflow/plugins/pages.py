@@ -25,7 +25,7 @@ from migronaut_airflow.plugins.api import Kit, wanted_statuses
 from migronaut_airflow.plugins.models import ErrorBody
 from migronaut_core import CONTROL_ACTIONS, ControlAction
 from migronaut_core.background.control.actions import DESTRUCTIVE, EXPLANATIONS, LABELS
-from migronaut_core.background.control.states import STATUSES
+from migronaut_core.background.states import STATUSES
 from migronaut_core.changelog import MAX_REASON_LENGTH
 from migronaut_core.errors import NotAppliedError
 

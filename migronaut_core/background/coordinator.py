@@ -22,7 +22,6 @@ from typing import Any
 import pendulum
 
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.control.states import TERMINAL
 from migronaut_core.background.engine.steps import STEP_SCOPE
 from migronaut_core.background.job import (
     Job,
@@ -35,6 +34,7 @@ from migronaut_core.background.lifecycle import fail_state, try_unblock
 from migronaut_core.background.planning.partition import Plan
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.spec import exclude_bad_ids, match_hash, match_of
+from migronaut_core.background.states import TERMINAL, sources
 from migronaut_core.background.store import MAX_BAD_IDS, MAX_DOC_ERRORS, newer_schema
 from migronaut_core.background.telemetry import (
     ATTR_DRIVER,
@@ -242,7 +242,7 @@ def _coordinate_pass(
                 state = closed
                 continue
         if state["status"] == "pending":
-            moved = rt.store.move(name, from_statuses=["pending"], to="running", action="plan")
+            moved = rt.store.move(name, from_statuses=sources("plan"), to="running", action="plan")
             state = moved or state
         rt.telemetry.leases_reclaimed(name, rt.store.reap(name))
         counts = rt.store.partition_counts(
@@ -438,7 +438,7 @@ def _complete(rt: Runtime, job: Job, state: dict[str, Any], generation: int) -> 
     name = state["_id"]
     completed = rt.store.move(
         name,
-        from_statuses=["running", "pending"],
+        from_statuses=sources("complete"),
         to="completed",
         action="complete",
         fields={"completed_at": pendulum.now("UTC"), "phase": "process"},

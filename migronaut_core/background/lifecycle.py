@@ -3,7 +3,8 @@
 ``requires``: a migration registered while the background migrations it
 requires are not all completed (forward) waits ``blocked``; :func:`try_unblock`
 moves it to ``pending`` once they are. Coordinator, lanes and controls share
-these, so each lives here once.
+these, so each lives here once; each move's from-statuses are the state machine's
+(:func:`~migronaut_core.background.states.sources`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import pendulum
 
 from migronaut_core.background.runtime import Runtime
+from migronaut_core.background.states import sources
 from migronaut_core.scrub import error_text
 
 log = logging.getLogger("migronaut_core.background")
@@ -25,7 +27,7 @@ def fail_state(rt: Runtime, state: Mapping[str, Any], reason: str | BaseExceptio
     message = error_text(reason)
     failed = rt.store.move(
         state["_id"],
-        from_statuses=["running", "pending", "blocked"],
+        from_statuses=sources("fail"),
         to="failed",
         action="fail",
         fields={"last_error": message, "failed_at": pendulum.now("UTC")},
@@ -78,7 +80,7 @@ def try_unblock(rt: Runtime, state: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     unblocked = rt.store.move(
         state["_id"],
-        from_statuses=["blocked"],
+        from_statuses=sources("unblock"),
         to="pending",
         action="unblock",
         fields={"waits_for": []},

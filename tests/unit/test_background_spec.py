@@ -15,7 +15,6 @@ import pytest
 from bson import Int64, ObjectId
 from bson.binary import Binary
 
-from migronaut_core.background.control.states import STATUSES, TERMINAL, Transition, transition
 from migronaut_core.background.spec import (
     MAX_CHECKPOINT_BYTES,
     AdaptiveSettings,
@@ -30,6 +29,13 @@ from migronaut_core.background.spec import (
     match_of,
     read_stored,
     resolve_spec,
+)
+from migronaut_core.background.states import (
+    STATUSES,
+    TERMINAL,
+    Transition,
+    sources,
+    transition,
 )
 from migronaut_core.errors import BackgroundConflictError, ConfigInvalidError
 
@@ -812,3 +818,10 @@ def test_check_slice_ms_refuses(value: Any) -> None:
     with pytest.raises(ConfigInvalidError) as caught:
         check_slice_ms(value)
     assert caught.value.context == {"key": "slice_ms"}
+
+
+def test_the_engines_moves_leave_only_the_statuses_the_state_machine_lists() -> None:
+    assert sources("plan") == ("pending",)
+    assert sources("complete") == ("pending", "running")
+    assert sources("fail") == ("pending", "blocked", "running")
+    assert sources("unblock") == ("blocked",)

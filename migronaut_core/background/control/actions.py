@@ -22,10 +22,10 @@ from typing import Any, Final, Literal, get_args
 import pendulum
 
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.control.states import TERMINAL, transition
 from migronaut_core.background.lifecycle import waiting_for
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.spec import Direction, match_hash, read_stored
+from migronaut_core.background.states import TERMINAL, transition
 from migronaut_core.changelog import Actor
 from migronaut_core.errors import BackgroundConflictError, ConfigInvalidError
 

@@ -6,7 +6,7 @@
 - :mod:`.match`: :func:`match_of`, :func:`exclude_bad_ids`, :func:`match_hash`.
 
 Every public name is re-exported here. The status names and the state machine
-live with the controls, in :mod:`migronaut_core.background.control.states`.
+live in :mod:`migronaut_core.background.states`.
 Everything here is pure: no database, no clock, no logging.
 """
 

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from migronaut_core.background.control.states import TERMINAL
 from migronaut_core.background.job import Job
+from migronaut_core.background.states import TERMINAL
 
 __all__ = ["Edge", "edge_signature", "edge_states", "watch_pipeline", "watched_collections"]
 

@@ -1,9 +1,10 @@
-"""The status state machine of a background migration, beside the controls that move it.
+"""The status state machine of a background migration: the controls' moves and the engine's.
 
 :data:`STATUSES` and :data:`TERMINAL` name where a migration can be;
 :func:`transition` says where an action (a control: pause, resume, cancel,
 retry, reopen; or the engine's own: plan, complete, fail, unblock) takes it, or
-refuses it. Pure: the caller writes the move with a compare-and-set on ``status``.
+refuses it; :func:`sources` says what the engine's moves leave. Pure: the caller writes
+the move with a compare-and-set on ``status``.
 """
 
 from __future__ import annotations
@@ -70,6 +71,16 @@ _HINTS: Final[Mapping[tuple[str, str], str]] = {
     ("pause", "completed"): "it has finished",
     ("cancel", "completed"): "it has finished; roll it back with down instead",
 }
+
+
+def sources(action: Action) -> tuple[Status, ...]:
+    """The statuses ``action`` moves a migration out of (in :data:`STATUSES` order).
+
+    What the engine's compare-and-set moves (plan, complete, fail, unblock) match
+    on, so each is written from this table and nowhere else.
+    """
+    moves = _MOVES[action]
+    return tuple(status for status in STATUSES if moves.get(status) is not None)
 
 
 def transition(status: str, action: str, *, migration: str) -> Transition:
