@@ -16,7 +16,6 @@ from migronaut_core.background.drift import watch as watching
 from migronaut_core.background.drift.watch import Watcher
 from migronaut_core.background.store import watch_view
 from migronaut_core.changelog import Actor
-from migronaut_core.errors import ConfigInvalidError
 from migronaut_core.kit.base import KitBase
 
 
@@ -41,7 +40,7 @@ class DriftOperations(KitBase):
         """
         actor = Actor(requested_by=requested_by, reason=reason) if requested_by or reason else None
         chosen = self.config.background_on_drift if on_drift is None else on_drift
-        checked = "report" if chosen == "report" else _reopen_only(chosen)
+        checked = drift.check_on_drift(chosen)
         self._ready()
         streamed: set[str] = set()
         if self.config.background_drift == "stream":
@@ -102,9 +101,3 @@ class DriftOperations(KitBase):
         if collection is not None:
             return watch_view(rows[0]) if rows else None
         return [watch_view(row) for row in rows]
-
-
-def _reopen_only(on_drift: str) -> drift.OnDrift:
-    if on_drift != "reopen":
-        raise ConfigInvalidError("on_drift must be 'reopen' or 'report'", {"key": "on_drift"})
-    return "reopen"

@@ -90,6 +90,14 @@ def test_drift_config_keys_are_validated(mongo_uri: str, db: Db, migrations: Pat
 # -- verify -----------------------------------------------------------------------------
 
 
+def test_an_unknown_on_drift_is_refused_naming_the_key(kit: Migronaut, db: Db) -> None:
+    old_release_writes(db)
+    with pytest.raises(ConfigInvalidError) as raised:
+        kit.verify_background(on_drift="fix")
+    assert raised.value.context["key"] == "on_drift"
+    assert kit.background_status(SPLIT_NAME)["status"] == "completed"
+
+
 def test_report_lists_the_drift_and_changes_nothing(kit: Migronaut, db: Db) -> None:
     assert kit.verify_background(on_drift="report") == {"checked": 1, "drifted": [], "skipped": 0}
     old_release_writes(db)

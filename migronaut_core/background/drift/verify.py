@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast, get_args
 
 from migronaut_core.background.control.actions import control
 from migronaut_core.background.indexes import probe_hint
@@ -23,6 +23,16 @@ from migronaut_core.errors import ConfigInvalidError
 log = logging.getLogger("migronaut_core.background")
 
 OnDrift = Literal["reopen", "report"]
+
+
+def check_on_drift(value: object) -> OnDrift:
+    """``value`` as an :data:`OnDrift` (the poll's, the watcher's and the kit's one check).
+
+    :raises ConfigInvalidError: it is neither ``reopen`` nor ``report``.
+    """
+    if value not in get_args(OnDrift):
+        raise ConfigInvalidError("on_drift must be 'reopen' or 'report'", {"key": "on_drift"})
+    return cast(OnDrift, value)
 
 
 def verify(
@@ -40,8 +50,6 @@ def verify(
         counted in ``skipped``.
     :returns: ``{checked, drifted: [{migration, collection, action}], skipped}``.
     """
-    if on_drift not in ("reopen", "report"):
-        raise ConfigInvalidError("on_drift must be 'reopen' or 'report'", {"key": "on_drift"})
     wanted = set(collections) if collections is not None else None
     checked, skipped, drifted = 0, 0, []
     for state in rt.store.list_states({"status": "completed"}):

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from migronaut_core.background.drift.verify import OnDrift
+from migronaut_core.background.drift.verify import OnDrift, check_on_drift
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.errors import ConfigInvalidError
 
@@ -61,8 +61,7 @@ def watch_settings(
 
     :raises ConfigInvalidError: naming the option.
     """
-    if on_drift not in ("reopen", "report"):
-        raise ConfigInvalidError("on_drift must be 'reopen' or 'report'", {"key": "on_drift"})
+    checked = check_on_drift(on_drift)
     names: tuple[str, ...] | None = None
     if collections is not None:
         if isinstance(collections, str) or not all(
@@ -85,7 +84,7 @@ def watch_settings(
         _check_seconds(key, value)
     return WatchSettings(
         collections=names,
-        on_drift="report" if on_drift == "report" else "reopen",
+        on_drift=checked,
         batch_size=batch_size,
         batch_ms=batch_ms,
         refresh_seconds=float(refresh_seconds),

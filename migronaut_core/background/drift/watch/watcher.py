@@ -1,6 +1,6 @@
 """The watcher's handle: one follower thread per watched collection, kept in step with the states.
 
-:func:`start_watch` checks for change streams and starts a supervising thread
+:func:`start_watch` starts a supervising thread
 that reads the migrations every ``refresh_seconds``, starts a
 :class:`~migronaut_core.background.drift.watch.follower.Follower` for each
 newly watched collection and stops the ones with nothing left to serve.
@@ -18,7 +18,7 @@ from pymongo.errors import PyMongoError
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.drift.watch.edges import watched_collections
 from migronaut_core.background.drift.watch.follower import WATCH_BACKOFF, Follower
-from migronaut_core.background.drift.watch.settings import WatchSettings, require_change_streams
+from migronaut_core.background.drift.watch.settings import WatchSettings
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.store.watch import WatchStore
 from migronaut_core.errors import MigronautError
@@ -121,9 +121,9 @@ def start_watch(
 ) -> Watcher:
     """Start watching in background threads and return the handle.
 
-    :raises ConfigInvalidError: the deployment has no change streams.
+    The caller checks :func:`~migronaut_core.background.drift.watch.settings.require_change_streams`
+    first, before it writes anything (the kit does, before creating its indexes).
     """
-    require_change_streams(rt)
     token = cancel.child() if cancel is not None else CancelToken()
     watcher = Watcher(rt=rt, store=store, settings=settings, cancel=token)
     watcher._start()
