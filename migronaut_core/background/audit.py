@@ -29,13 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from migronaut_core import files
-from migronaut_core.audit import Finding, FindingKind, Severity
+from migronaut_core.audit import Finding
 from migronaut_core.background.indexes import has_probe_index
 from migronaut_core.background.runtime import Runtime
-from migronaut_core.background.store import STREAMING_FRESH_SECONDS, WatchStore
+from migronaut_core.background.store import STREAMING_FRESH_SECONDS, WatchStore, aware
 from migronaut_core.errors import MigronautError
 
-__all__ = ["STALE_AFTER_SECONDS", "Finding", "FindingKind", "Severity", "audit"]
+__all__ = ["STALE_AFTER_SECONDS", "audit"]
 
 #: A running migration without progress for this long (and no live lease) is stalled.
 STALE_AFTER_SECONDS = 15 * 60.0
@@ -100,7 +100,7 @@ def _stall_findings(
 ) -> Iterator[Finding]:
     name = state["_id"]
     seen = [
-        _aware(value)
+        aware(value)
         for value in (
             state.get("last_progress_at"),
             (state.get("coordinator") or {}).get("at"),
@@ -159,7 +159,3 @@ def _watch_findings(watch: WatchStore) -> Iterator[Finding]:
                 "start a watcher again (`migronaut background watch`)",
                 "error",
             )
-
-
-def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)

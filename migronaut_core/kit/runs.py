@@ -185,7 +185,9 @@ class RunnerOperations(KitBase):
 
     # -- audits --------------------------------------------------------------------------
 
-    def audit_background(self, *, stale_after_seconds: float = 15 * 60.0) -> list[Finding]:
+    def audit_background(
+        self, *, stale_after_seconds: float = audits.STALE_AFTER_SECONDS
+    ) -> list[Finding]:
         """Findings of the background side; read-only.
 
         Registered migrations whose file changed (checksum) or is missing; running
@@ -201,7 +203,7 @@ class RunnerOperations(KitBase):
             stale_after_seconds=stale_after_seconds,
         )
 
-    def audit(self, *, stale_after_seconds: float = 15 * 60.0) -> list[Finding]:
+    def audit(self, *, stale_after_seconds: float = audits.STALE_AFTER_SECONDS) -> list[Finding]:
         """Everything that needs an operator's look, general then background; read-only.
 
         The run lock (held, or stale: a killed run), the collection definitions

@@ -8,7 +8,7 @@ import pytest
 
 import migronaut_core
 from migronaut_core import ConfigInvalidError
-from migronaut_core.background.audit import Finding
+from migronaut_core.audit import Finding
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.control import actions
 from migronaut_core.background.coordinator import Answer

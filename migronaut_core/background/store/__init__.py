@@ -42,6 +42,7 @@ from migronaut_core.background.store.watch import (
     WATCH_COUNTERS,
     Fence,
     WatchStore,
+    aware,
     watch_view,
 )
 
@@ -69,6 +70,7 @@ __all__ = [
     "Lease",
     "PartitionCounts",
     "WatchStore",
+    "aware",
     "converge_entry_view",
     "live_leases_filter",
     "newer_schema",

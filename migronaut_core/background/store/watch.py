@@ -176,11 +176,12 @@ def _resume_view(row: Mapping[str, Any]) -> dict[str, Any]:
     now = row.get("now")
     lag = None
     if at is not None and isinstance(now, datetime):
-        lag = round(max(0.0, (_aware(now) - at).total_seconds()), 1)
+        lag = round(max(0.0, (aware(now) - at).total_seconds()), 1)
     return {"saved": bool(row.get("resume_saved")), "at": json_safe(at), "lag_seconds": lag}
 
 
-def _aware(value: datetime) -> datetime:
+def aware(value: datetime) -> datetime:
+    """``value`` with its time zone: a naive one (a client without ``tz_aware``) is UTC."""
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 

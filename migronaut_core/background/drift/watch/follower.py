@@ -152,7 +152,7 @@ class Follower(threading.Thread):
                 failures = 0
             except Exception as error:  # a user's batch transform may raise anything
                 failures += 1
-                self._report(error)
+                self.upgrader.report(error)
                 self._set_state("error", leading=False)
                 if self.cancel.sleep(WATCH_BACKOFF.seconds(failures)):
                     break
@@ -239,7 +239,7 @@ class Follower(threading.Thread):
             self._checkpoint(force=True, clear_token=True)
             return failures
         failures += 1
-        self._report(error)
+        self.upgrader.report(error)
         self._set_state("error", leading=True)
         self._checkpoint(force=True, fields={"state": "error"}, error=error)
         self.cancel.sleep(WATCH_BACKOFF.seconds(failures))
@@ -479,6 +479,3 @@ class Follower(threading.Thread):
                 self._pending[key] -= value
         self._saved_at = time.monotonic()
         return True
-
-    def _report(self, error: BaseException) -> None:
-        log.warning("drift watcher %s: %s", self.collection, error_text(error))

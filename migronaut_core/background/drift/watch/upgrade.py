@@ -168,7 +168,7 @@ class Upgrader:
         try:
             applied = control(self.rt, edge.name, "retry", actor=actor).applied
         except MigronautError as error:
-            self._report(error)
+            self.report(error)
             applied = "unchanged"
         self._drift(edge.name, "reopened" if applied == "changed" else "failed", len(errors))
         return applied == "changed"
@@ -198,5 +198,6 @@ class Upgrader:
             payload["count"] = count
         self.rt.emit("background:drift", payload)
 
-    def _report(self, error: BaseException) -> None:
+    def report(self, error: BaseException) -> None:
+        """Log a watcher error by its value-free text (the follower's too)."""
         log.warning("drift watcher %s: %s", self.collection, error_text(error))
