@@ -283,7 +283,6 @@ def plan_pass(
             hint=job.hint,
             max_parallel=spec.max_parallel,
             settings=spec.partitions,
-            shard_concurrency=spec.shard_concurrency,
         )
     pass_number = int(state.get("pass", 0)) + (1 if new_pass else 0)
     expected: dict[str, Any] = {"status": {"$in": ["pending", "running"]}}

@@ -71,7 +71,6 @@ class IdRangePartitioner:
         max_parallel: int,
         settings: PartitionSettings,
         count_cap: int = 1_000_000,
-        shard_concurrency: int | None = None,
     ) -> Plan:
         """Split the documents ``match`` selects into partitions for one pass.
 
@@ -94,7 +93,6 @@ class IdRangePartitioner:
         partitions reach every matching document exactly once.
 
         :param hint: the version index, used by the count and the sample of matches.
-        :param shard_concurrency: ignored (shard-aware partitioners use it).
         :raises ConfigInvalidError: on a ``count_cap`` below 1.
         """
         _check_positive(count_cap, "count_cap")

@@ -150,7 +150,6 @@ class Partitioner(Protocol):
         max_parallel: int,
         settings: PartitionSettings,
         count_cap: int = ...,
-        shard_concurrency: int | None = ...,
     ) -> Plan:
         """Split what ``match`` selects into partitions."""
         ...

@@ -105,7 +105,6 @@ class ShardPartitioner(ShardKeyWrites):
         max_parallel: int,
         settings: PartitionSettings,
         count_cap: int = 1_000_000,
-        shard_concurrency: int | None = None,
     ) -> Plan:
         """Split what ``match`` selects along the chunks (see the module docstring).
 
@@ -113,9 +112,8 @@ class ShardPartitioner(ShardKeyWrites):
         shard-key values only when there are fewer chunks than the pass is
         worth. A sample that runs out of ``settings.sample_timeout_ms`` (or that
         the server cannot run) leaves the plan on chunk boundaries and says so
-        in ``degraded``. The plan records the epoch it was made at.
-
-        :param shard_concurrency: not needed to plan (the store enforces it).
+        in ``degraded``. The plan records the epoch it was made at. The store, not
+        the plan, caps the live leases per shard group (``shard_concurrency``).
         """
         counted = count_matching(collection, match, hint, count_cap, settings.sample_timeout_ms)
         if counted.estimate == 0 and counted.degraded is None:
