@@ -13,7 +13,6 @@ from pymongo.database import Database
 
 from migronaut_core import Migronaut
 from migronaut_core.background.dry_run import DryRunReport, sandbox
-from migronaut_core.background.dry_run import run as dry_run_entry
 from migronaut_core.errors import ConfigInvalidError, TransactionsUnsupportedError
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 from tests.support.cli import configure, migronaut
@@ -388,7 +387,7 @@ def test_validate_needs_transactions(
 ) -> None:
     seed_users(db, 5)
     write_background(migrations)
-    monkeypatch.setattr(dry_run_entry, "supports_transactions", lambda client: False)
+    monkeypatch.setattr(kit.runtime, "_transactions", False)  # as a standalone answers
     with pytest.raises(TransactionsUnsupportedError):
         kit.dry_run_background(SPLIT_NAME, validate=True)
     assert kit.dry_run_background(SPLIT_NAME, first=2).totals["documents"] == 2

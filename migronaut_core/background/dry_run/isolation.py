@@ -198,9 +198,7 @@ class _CollectionView:
         if name == "database":
             return _DatabaseView(self._real.database, self._isolation)
         if name == "with_options":
-            return lambda *a, **k: _CollectionView(
-                self._real.with_options(*a, **k), self._isolation
-            )
+            return self._with_options
         declared = getattr(type(self._real), name, None)
         if declared is None:
             return self[name]  # pymongo: ``collection.sub`` is the sub-collection
@@ -209,6 +207,7 @@ class _CollectionView:
         return self._bound(name, getattr(self._real, name))
 
     def _with_options(self, *args: Any, **kwargs: Any) -> _CollectionView:
+        """``collection.with_options(...)`` that stays bound to the dry run."""
         return _CollectionView(self._real.with_options(*args, **kwargs), self._isolation)
 
     def _bound(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:

@@ -21,7 +21,6 @@ from migronaut_core.background.dry_run.report import DryRunReport, StepDryRunRep
 from migronaut_core.background.dry_run.sandbox import validated
 from migronaut_core.background.dry_run.steps import dry_run_steps
 from migronaut_core.background.runtime import Runtime
-from migronaut_core.deployment import supports_transactions
 from migronaut_core.errors import TransactionsUnsupportedError
 
 __all__ = ["dry_run"]
@@ -62,7 +61,7 @@ def dry_run(
     if spec_of(name, loaded, state).mode == "step":
         return dry_run_steps(rt, name, steps=steps, from_start=from_start)
     job = dry_run_job(rt, name, loaded, state, steps=steps, from_start=from_start)
-    if validate and not supports_transactions(rt.client):
+    if validate and not rt.supports_transactions():
         raise TransactionsUnsupportedError(
             f"dry run of {name}: validate runs the write path in a transaction, which needs a "
             "replica set or a sharded cluster; this server is standalone",

@@ -33,7 +33,6 @@ from migronaut_core.background.dry_run.report import StepDryRunReport
 from migronaut_core.background.engine.steps import StepContext, read_step_result
 from migronaut_core.background.runtime import LoadedBackground, Runtime
 from migronaut_core.background.spec import BackgroundSpec, Direction
-from migronaut_core.deployment import supports_transactions
 from migronaut_core.errors import ConfigInvalidError, TransactionsUnsupportedError
 from migronaut_core.scrub import error_text
 
@@ -62,7 +61,7 @@ def dry_run_steps(
             f"dry run of {name}: {name} is declarative; dry-run it on a sample (sample, first)",
             {"migration": name, "key": "steps"},
         )
-    if not supports_transactions(rt.client):
+    if not rt.supports_transactions():
         raise TransactionsUnsupportedError(
             f"dry run of {name}: steps run in an aborted transaction, which needs a replica "
             "set or a sharded cluster; this server is standalone",
