@@ -114,8 +114,9 @@ class Answer:
         return {key: value for key, value in data.items() if value not in (None, [])}
 
 
-def _retry_soon(rt: Runtime, reason: str) -> Answer:
-    return Answer("wait", reason=reason, retry_after_ms=max(1, rt.ttl_ms // 2))
+def _retry_soon(rt: Runtime, reason: str | None = None, *, next: str = "wait") -> Answer:
+    """Ask again in half a lock TTL: ``wait`` (with why) or ``busy`` (another holds the lock)."""
+    return Answer(next, reason=reason, retry_after_ms=max(1, rt.ttl_ms // 2))
 
 
 # -- a step ----------------------------------------------------------------------------
@@ -129,7 +130,7 @@ def coordinate(
     try:
         lock.acquire()
     except LockAlreadyHeldError:
-        return Answer("busy", retry_after_ms=max(1, rt.ttl_ms // 2))
+        return _retry_soon(rt, next="busy")
     driver = driver or Driver()
     # The span opens once the lock is held: a busy coordinator makes none.
     with lock, rt.telemetry.span(SPAN_COORDINATE, name, {ATTR_DRIVER: driver.kind}) as span:
