@@ -180,7 +180,7 @@ class BackgroundOperations(KitBase):
         """
         action = controls.check_control(action, wait=wait, repin=repin)
         who = with_default_user(Actor(requested_by=actor, reason=reason))
-        self._registered(name)
+        files.validate_name(name)
         self._ready()
         return controls.settled(action, self._apply_control(name, action, who, wait, repin))
 

@@ -27,7 +27,7 @@ from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.spec import Direction, match_hash, read_stored
 from migronaut_core.background.states import TERMINAL, transition
 from migronaut_core.changelog import Actor
-from migronaut_core.errors import BackgroundConflictError, ConfigInvalidError
+from migronaut_core.errors import BackgroundConflictError, ConfigInvalidError, NotAppliedError
 
 log = logging.getLogger("migronaut_core.background")
 
@@ -161,11 +161,15 @@ def check_control(action: str, *, wait: bool = False, repin: bool = False) -> Co
 
 
 def _registered(rt: Runtime, name: str, action: str) -> dict[str, Any]:
+    """The state a control acts on: every control's one registration check.
+
+    :raises NotAppliedError: it is not registered (as the kit's reads say).
+    """
     state = rt.store.get(name)
     if state is None:
-        raise BackgroundConflictError(
+        raise NotAppliedError(
             f"background migration {name} is not registered; run `migronaut up` first",
-            {"migration": name, "action": action, "status": "unregistered"},
+            {"migration": name, "action": action},
         )
     return state
 
