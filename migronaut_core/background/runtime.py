@@ -24,7 +24,7 @@ from migronaut_core.background.events import Events
 from migronaut_core.background.planning.shard import ShardCatalog
 from migronaut_core.background.spec import BackgroundFunctions, BackgroundSpec
 from migronaut_core.background.store import BackgroundStore
-from migronaut_core.background.telemetry import Telemetry
+from migronaut_core.background.telemetry import NO_TELEMETRY, Telemetry
 from migronaut_core.background.throttle.pacing import warning_keys
 from migronaut_core.background.throttle.registry import ThrottleRegistry
 from migronaut_core.background.warn_once import WarnOnce
@@ -80,8 +80,9 @@ class Runtime:
     catalog: ShardCatalog | None = None
     #: ``auto``: split sharded collections along their shard key; ``off``: by ``_id``.
     shard_aware: str = "auto"
-    #: Spans and metrics (OpenTelemetry's global providers unless the kit was given others).
-    telemetry: Telemetry = field(default_factory=Telemetry)
+    #: Spans and metrics: the kit passes its own (OpenTelemetry's global providers
+    #: unless it was given others); a runtime built without a kit reports nothing.
+    telemetry: Telemetry = NO_TELEMETRY
     #: Every collection migronaut keeps its own records in (the config's
     #: ``bookkeeping_collections``); no migration writes to them.
     bookkeeping: tuple[str, ...] = ()
