@@ -562,6 +562,7 @@ def _as_migronaut_error(
 
 
 def with_default_user(actor: Actor) -> Actor:
+    """``actor``, its ``requested_by`` defaulting to the OS user (none when it cannot be read)."""
     if actor.requested_by is not None:
         return actor
     try:

@@ -64,6 +64,7 @@ class Events:
         return unsubscribe
 
     def emit(self, event: str, payload: dict[str, Any]) -> None:
+        """Call every listener of ``event`` and of ``*``; one that raises is logged, not raised."""
         with self._lock:
             listeners = [*self._listeners.get(event, ()), *self._listeners.get("*", ())]
         for listener in listeners:

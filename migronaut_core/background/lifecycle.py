@@ -68,6 +68,7 @@ def requires_status(rt: Runtime, requires: Sequence[str]) -> list[dict[str, Any]
 
 
 def waiting_for(rt: Runtime, requires: Sequence[str]) -> list[str]:
+    """The required background migrations that are not done yet, in ``requires`` order."""
     return [row["migration"] for row in requires_status(rt, requires) if not row["done"]]
 
 

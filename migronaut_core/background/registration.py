@@ -218,6 +218,7 @@ class RunnerHooks:
         return adopted_of is not None and name in adopted_of([name])
 
     def after_applied(self, migration: LoadedMigration, ctx: MigrationContext) -> None:
+        """With ``background_inline``, run the just-registered migration to its end now."""
         if self.config.background_inline:
             self._run_inline(migration.name)
 

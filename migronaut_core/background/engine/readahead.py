@@ -9,8 +9,8 @@ so each write is still preceded by a durable note of its ids (totals stay exact
 across ``kill -9``) without a round trip of its own.
 
 Only for plain batches (no transaction, no steps) of partitioners whose cursor
-does not depend on the write (:attr:`~migronaut_core.background.planning.partition.Partitioner.
-reads_ahead`).
+does not depend on the write
+(:attr:`~migronaut_core.background.planning.partition.Partitioner.reads_ahead`).
 Pause, cancel and the slice deadline are judged before each checkpoint, so a lane
 still stops within one batch and never leaves an intent it will not write.
 """

@@ -188,6 +188,7 @@ def _finished(rt: Runtime, name: str, status: str | None) -> dict[str, Any]:
 
 
 def failed_error(state: dict[str, Any]) -> BackgroundFailedError:
+    """The error a failed migration raises to whoever drove it, with its value-free reason."""
     reason = state.get("last_error")
     return BackgroundFailedError(
         f"background migration {state['_id']} failed" + (f": {reason}" if reason else ""),

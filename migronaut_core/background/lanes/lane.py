@@ -57,6 +57,8 @@ _CONTROL_FIELDS = {"status": 1, "generation": 1, "plan.token": 1}
 
 @dataclass(frozen=True, slots=True)
 class SliceResult:
+    """How one slice ended (``outcome``: exhausted, yielded, stopped, stale...), its counters."""
+
     outcome: str
     counters: dict[str, int] = field(default_factory=dict)
     retry_after_ms: int | None = None

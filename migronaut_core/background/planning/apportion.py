@@ -25,9 +25,10 @@ __all__ = ["allocate", "equal_weight_spans"]
 def allocate(weights: Sequence[float], budget: int, *, capacities: Sequence[int]) -> list[int]:
     """Share ``budget`` parts among groups: one each, the rest by weight, none past its capacity.
 
-    Highest averages (D'Hondt): each extra part goes to the group whose weight
-    per part is largest, so a heavy group is cut before a light one; on equal
-    weight per part, the earlier group. Every group gets one part even when
+    Highest averages with Adams' divisors: each extra part goes to the group
+    whose weight per part it already holds (weight / current parts) is largest,
+    so a heavy group is cut before a light one; on equal weight per part, the
+    earlier group. Every group gets one part even when
     ``budget`` is smaller than their number; fewer than ``budget`` parts in
     all when the capacities run out.
 

@@ -121,7 +121,8 @@ class BackgroundSpec:
     - ``0 <= from_version < to_version`` (version 0: documents without the field);
     - ``filter`` is a BSON-normalised query that never tests ``field`` or
       ``revision_field`` at top level, and is empty in step mode. Treat it as
-      read-only; :func:`match_of` returns a copy to build queries from;
+      read-only; :func:`~migronaut_core.background.spec.match.match_of` returns a
+      copy to build queries from;
     - ``transaction`` / ``adaptive`` are ``None`` when off;
     - ``reversible`` says a revert function exists (``revert``/``revert_batch``,
       or ``revert_step`` in step mode).
@@ -201,7 +202,8 @@ class BackgroundFunctions:
     Declarative mode: ``migrate(doc, ctx)`` or ``migrate_batch(docs, ctx)``
     (exactly one), optionally ``revert`` or ``revert_batch`` (at most one).
     Step mode: ``step(ctx)``, optionally ``revert_step(ctx)``. Either mode may
-    define ``throttle(ctx)``. :func:`resolve_spec` guarantees these rules.
+    define ``throttle(ctx)``.
+    :func:`~migronaut_core.background.spec.validation.resolve_spec` guarantees these rules.
     """
 
     migrate: Transform | None = None
