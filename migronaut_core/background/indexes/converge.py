@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ConvergeReport", "IndexReport", "converge"]
 
-log = logging.getLogger("migronaut_core.background.indexes")
+log = logging.getLogger(__name__)
 
 Action = Literal["created", "exists", "skipped"]
 

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PruneReport", "prune"]
 
-log = logging.getLogger("migronaut_core.background.indexes")
+log = logging.getLogger(__name__)
 
 #: The server's code for dropping an index that is not there (another prune was first).
 _INDEX_NOT_FOUND = 27

@@ -51,7 +51,7 @@ from migronaut_core.server_errors import history_lost
 
 __all__ = ["MAX_BACKOFF_SECONDS", "WATCH_BACKOFF", "Follower", "WatchState"]
 
-log = logging.getLogger("migronaut_core.background.drift.watch")
+log = logging.getLogger(__name__)
 
 Document = dict[str, Any]
 WatchState = Literal["starting", "streaming", "standby", "stopped", "error"]

@@ -40,7 +40,7 @@ from migronaut_core.scrub import error_text
 
 __all__ = ["WATCH_ACTOR", "Upgrader"]
 
-log = logging.getLogger("migronaut_core.background.drift.watch")
+log = logging.getLogger(__name__)
 
 Document = dict[str, Any]
 

@@ -26,7 +26,7 @@ from migronaut_core.scrub import error_text
 
 __all__ = ["Watcher", "start_watch"]
 
-log = logging.getLogger("migronaut_core.background.drift.watch")
+log = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
