@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from dataclasses import replace
-from typing import Any
+from typing import Any, overload
 
 from migronaut_core import files
 from migronaut_core.background.cancel import CancelToken
@@ -104,7 +104,15 @@ class BackgroundOperations(KitBase):
 
     # -- reading (no index is created, nothing is written) ---------------------------------
 
-    def background_status(self, name: str | None = None) -> Any:
+    @overload
+    def background_status(self, name: None = None) -> list[dict[str, Any]]: ...
+
+    @overload
+    def background_status(self, name: str) -> dict[str, Any] | None: ...
+
+    def background_status(
+        self, name: str | None = None
+    ) -> list[dict[str, Any]] | dict[str, Any] | None:
         """The status view of one background migration (None if unregistered), or of all."""
         if name is None:
             return [view.to_dict() for view in self.background_status_views()]

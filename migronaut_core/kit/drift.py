@@ -8,7 +8,7 @@ change streams (:mod:`~migronaut_core.background.drift.watch`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, overload
 
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.drift import verify as drift
@@ -91,7 +91,15 @@ class DriftOperations(KitBase):
         self._ready()
         return watching.start_watch(self.runtime, self._watch_store(), settings, cancel=cancel)
 
-    def background_watch_status(self, collection: str | None = None) -> Any:
+    @overload
+    def background_watch_status(self, collection: None = None) -> list[dict[str, Any]]: ...
+
+    @overload
+    def background_watch_status(self, collection: str) -> dict[str, Any] | None: ...
+
+    def background_watch_status(
+        self, collection: str | None = None
+    ) -> list[dict[str, Any]] | dict[str, Any] | None:
         """What the drift watchers recorded: state, leader, counters, last event.
 
         One row per watched collection (or the one asked for, None when it has
