@@ -17,7 +17,6 @@ from migronaut_core import files
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.control import actions as controls
 from migronaut_core.background.control.actions import ControlAction, ControlResult
-from migronaut_core.background.control.states import transition
 from migronaut_core.background.coordinator import Answer, Driver, coordinate
 from migronaut_core.background.dry_run import DryRunReport, StepDryRunReport
 from migronaut_core.background.dry_run import dry_run as preview
@@ -26,6 +25,7 @@ from migronaut_core.background.lanes.driver import drive
 from migronaut_core.background.lanes.lane import SliceResult, run_slice
 from migronaut_core.background.registration import runnable
 from migronaut_core.background.spec import check_slice_ms
+from migronaut_core.background.states import transition
 from migronaut_core.background.views import (
     BackgroundStatusView,
     history_view,
