@@ -7,12 +7,12 @@ nothing reaches back up. ``docs/architecture.md`` is the map; the layers, top
 down (each may import only the ones below it, as the import contracts in
 ``pyproject.toml`` enforce):
 
-- :mod:`.loading`, :mod:`.registration` — what the kit and the runner plug in;
+- :mod:`.registration`, :mod:`.loading` — what the kit and the runner plug in;
 - :mod:`.audit`, :mod:`.drift`, :mod:`.dry_run` — read-mostly tools over the rest;
 - :mod:`.lanes` — a slice of one lane, and :func:`~.lanes.driver.drive` (a
   coordinator and N lanes in one process);
 - :mod:`.coordinator` — one coordinator step: plan, drain, finalize;
-- :mod:`.control` — operators' controls and the status state machine;
+- :mod:`.control` — operators' controls (pause, resume, cancel, retry, repin, unlock);
 - :mod:`.lifecycle`, :mod:`.views` — status moves the engine makes itself; status views;
 - :mod:`.engine` — the batch write path;
 - :mod:`.job` — a migration as a worker runs it (spec, functions, partitioner, hint);
@@ -20,6 +20,8 @@ down (each may import only the ones below it, as the import contracts in
 - :mod:`.runtime` — the wiring one kit shares: database, store, events, caches;
 - :mod:`.store`, :mod:`.planning`, :mod:`.throttle`, :mod:`.events` — state,
   partitioning, pacing, events;
-- :mod:`.spec` — a migration's validated declaration;
-- :mod:`.cancel`, :mod:`.backoff`, :mod:`.warn_once` — small shared tools.
+- :mod:`.spec`, :mod:`.states` — a migration's validated declaration; the status
+  state machine every move consults;
+- :mod:`.backoff`, :mod:`.warn_once`, :mod:`.telemetry` — small shared tools;
+- :mod:`.cancel` — the cancellation every sleep wakes on.
 """
