@@ -14,6 +14,8 @@ regular migration whose background requirements have not completed. A
 registration and its changelog record commit in one transaction when the
 deployment has transactions; without them the state is written first, and a run
 killed before the record leaves a registration that the next ``up`` completes.
+The run's checks, lock and records stay in one module (a little over the usual
+length): their order is the guarantee.
 """
 
 from __future__ import annotations

@@ -12,7 +12,9 @@ the cursor; a crash between the writes and the checkpoint replays the batch,
 which the version guard turns into a no-op.
 
 :func:`apply_batch` is the one write path: lanes, the drift watcher and the
-dry-run sandbox all go through it.
+dry-run sandbox all go through it. The module stays whole (a little over the
+usual length) because the write, its conflict re-reads and the checkpoint that
+settles them are one invariant, easier to check read together.
 """
 
 from __future__ import annotations
