@@ -319,6 +319,7 @@ def plan_pass(
             "pass": pass_number,
             "last_progress_at": now,
             **({} if state.get("started_at") else {"started_at": now}),
+            **({"pass_started_at": now} if new_pass else {}),
         },
     )
     if committed is None:

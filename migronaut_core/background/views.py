@@ -159,8 +159,10 @@ class BackgroundStatusView:
     state (rolled up from finished passes) and ``pass_failed_documents``, those
     of the current pass still on its partitions (0 once it is rolled up); every
     reader shows this one total. ``average_docs_per_second``: this pass's
-    documents over the time since the start (to its completion), the rate
-    ``eta_seconds`` is told by. ``document_errors``
+    documents over the time since ``pass_started_at`` (to its completion), the
+    rate ``eta_seconds`` is told by. ``pass_started_at``: when this pass's first
+    plan was committed (a replan keeps it); ``started_at`` for a state planned
+    before it was recorded. ``document_errors``
     lists why, oldest first, in the same order. ``plan`` is the current plan
     without its token (empty before the first plan).
     """
@@ -191,6 +193,7 @@ class BackgroundStatusView:
     sharding: Mapping[str, Any] | None
     created_at: datetime | None
     started_at: datetime | None
+    pass_started_at: datetime | None
     completed_at: datetime | None
     failed_at: datetime | None
     updated_at: datetime | None
@@ -229,6 +232,7 @@ class BackgroundStatusView:
             "sharding": None if self.sharding is None else dict(self.sharding),
             "created_at": iso_time(self.created_at),
             "started_at": iso_time(self.started_at),
+            "pass_started_at": iso_time(self.pass_started_at),
             "completed_at": iso_time(self.completed_at),
             "failed_at": iso_time(self.failed_at),
             "updated_at": iso_time(self.updated_at),
@@ -314,6 +318,7 @@ def status_view(store: BackgroundStore, state: Document) -> BackgroundStatusView
         sharding=sharding_view(state),
         created_at=_time(state.get("created_at")),
         started_at=_time(state.get("started_at")),
+        pass_started_at=pass_started_at(state),
         completed_at=_time(state.get("completed_at")),
         failed_at=_time(state.get("failed_at")),
         updated_at=_time(state.get("updated_at")),
@@ -421,9 +426,15 @@ def _step_done(partitions: Sequence[Document]) -> int:
     return processed or sum(_counter(p, "migrated") for p in partitions)
 
 
+def pass_started_at(state: Document) -> datetime | None:
+    """When this pass was planned; ``started_at`` for states planned before it was recorded."""
+    return _time(state.get("pass_started_at")) or _time(state.get("started_at"))
+
+
 def average_rate(state: Document, done_now: int) -> float | None:
-    """Documents per second since the start, to its completion (else now); None when untold."""
-    started = _time(state.get("started_at"))
+    """This pass's documents per second since it was planned, to its completion (else now);
+    None when untold."""
+    started = pass_started_at(state)
     completed = _time(state.get("completed_at"))
     finished = state.get("status") == "completed"
     if started is None or done_now <= 0 or (finished and completed is None):

@@ -7,7 +7,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,8 @@ from bson import Int64, ObjectId
 from bson.binary import Binary, UuidRepresentation
 from pymongo.database import Database
 
-from migronaut_core import BackgroundFailedError, Migronaut
+from migronaut_core import BackgroundFailedError, Migronaut, RunAbortedError
+from migronaut_core.background.cancel import CancelToken
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 
 
@@ -156,6 +157,40 @@ def test_old_shape_documents_written_during_the_run_are_taken_by_a_later_pass(
     assert view["pass"] >= 2
     assert view["totals"]["migrated"] == 3_500
     assert_all_split(db, 3_500)
+
+
+def test_a_later_pass_is_timed_from_its_own_plan(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    """The average rate and the ETA of a second pass count from when it was planned, not
+    from the first plan (pinned a day back here): the rate is not diluted by pass one."""
+    seed_users(db, 1_000)
+    write_background(migrations, batch_size=50, max_parallel=1)
+    kit.up()
+    token = CancelToken()
+    second_pass = threading.Event()
+
+    def late_writer(event: str, payload: dict[str, Any]) -> None:
+        if second_pass.is_set():
+            token.cancel("second pass under way")
+        elif db.users.count_documents({"n": {"$lt": 0}}) == 0:
+            seed_users(db, 500, start=-1_000)  # below every cursor: left for pass two
+
+    kit.on("background:batch", late_writer)
+    kit.on("background:partitioned", lambda e, p: p["pass"] == 2 and second_pass.set())
+    with pytest.raises(RunAbortedError):
+        kit.run_background(SPLIT_NAME, cancel=token)
+    day_ago = datetime.now(UTC) - timedelta(days=1)
+    db.migronaut_background.update_one({"_id": SPLIT_NAME}, {"$set": {"started_at": day_ago}})
+
+    view = kit.background_status_view(SPLIT_NAME)
+    assert view is not None
+    assert (view.status, view.pass_number) == ("running", 2)
+    assert 0 < view.progress.done < view.progress.estimate == 500
+    assert view.average_docs_per_second is not None and view.average_docs_per_second > 1
+    assert view.eta_seconds is not None and 0 < view.eta_seconds < 3_600
+    assert view.pass_started_at is not None and view.started_at is not None
+    assert view.pass_started_at > view.started_at
 
 
 def test_each_batch_event_carries_the_batch_size_it_read_with(
