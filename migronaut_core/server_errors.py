@@ -29,6 +29,7 @@ __all__ = [
     "commit_result_unknown",
     "document_write_errors",
     "history_lost",
+    "is_batch_fault",
     "is_document_error",
     "is_overload",
     "is_retryable_write",
@@ -97,6 +98,13 @@ def is_retryable_write(error: BaseException) -> bool:
     if isinstance(error, ConnectionFailure):
         return True
     return isinstance(error, PyMongoError) and error.has_error_label("RetryableWriteError")
+
+
+def is_batch_fault(error: BaseException) -> bool:
+    """Whether an error a transform raised is its batch's, not its document's: a
+    transaction worth running again, or a dropped connection or stepped-down primary
+    (the slice is cut off and run again). The document itself may be fine."""
+    return is_transient_transaction(error) or is_retryable_write(error)
 
 
 def is_document_error(code: object) -> bool:

@@ -14,11 +14,13 @@ from typing import Any
 import pytest
 from bson import Int64, ObjectId
 from bson.binary import Binary, UuidRepresentation
+from pymongo import MongoClient
 from pymongo.database import Database
 
 from migronaut_core import BackgroundFailedError, Migronaut, RunAbortedError
 from migronaut_core.background.cancel import CancelToken
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
+from tests.support.servers import fail_point
 
 
 @pytest.fixture
@@ -388,3 +390,39 @@ def test_the_failed_document_count_includes_the_pass_not_yet_rolled_up(
         after = kit.background_status(SPLIT_NAME)
     assert after["status"] == "completed"
     assert after["failed_documents"] == 1
+
+
+SIDE_READ = """
+background = {"collection": "users", "from": 1, "to": 2, "batch_size": 50, "max_parallel": 2}
+
+def migrate(doc, ctx):
+    plan = ctx.db.plans.find_one({"_id": doc["n"] % 3})
+    return {**doc, "plan": plan["name"], "hits": doc.get("hits", 0) + 1}
+"""
+
+
+def test_a_dropped_connection_in_a_side_read_is_retried_not_a_document_error(
+    mongo_client: MongoClient[dict[str, Any]],
+    db: Database[dict[str, Any]],
+    migrations: Path,
+    kit: Migronaut,
+) -> None:
+    count = 400
+    seed_users(db, count)
+    db.plans.insert_many([{"_id": i, "name": f"plan{i}"} for i in range(3)])
+    write_background(migrations, body=SIDE_READ)
+    kit.up()
+    # Twice in a row, so the driver's own single retry of the read fails too.
+    dropped = {
+        "failCommands": ["find"],
+        "closeConnection": True,
+        "appName": "migronaut",
+        "namespace": f"{db.name}.plans",
+    }
+    with fail_point(mongo_client, dropped, {"times": 2}):
+        view = kit.run_background(SPLIT_NAME, concurrency=2)
+    assert view["status"] == "completed"
+    assert view["totals"].get("failed", 0) == 0
+    assert view["totals"]["migrated"] == count
+    assert db.users.count_documents({"_v": 2, "hits": 1}) == count
+    assert db.users.count_documents({"plan": {"$exists": False}}) == 0

@@ -161,11 +161,24 @@ def chunks(docs: Sequence[Document], size: int) -> Iterator[Sequence[Document]]:
 
 
 def transform(job: Job, docs: Sequence[Document], ctx: TransformContext) -> Transformed:
-    """:func:`transform_all`, where a failing batch transform fails each of its documents."""
+    """:func:`transform_all`, where a failing batch transform fails each of its documents.
+
+    A per-document transform is run one document at a time, so an error it raises
+    that :func:`transform_all` leaves to the batch (a dropped connection, a
+    transient transaction error) is reported on that document alone.
+    """
+    if job.transform_many is None:
+        return [item for doc in docs for item in _transform_or_fail(job, [doc], ctx, "")]
+    return _transform_or_fail(job, docs, ctx, "the batch transform failed: ")
+
+
+def _transform_or_fail(
+    job: Job, docs: Sequence[Document], ctx: TransformContext, prefix: str
+) -> Transformed:
     try:
         return transform_all(job, docs, ctx)
     except Exception as exc:
-        text = f"the batch transform failed: {error_text(exc)}"
+        text = f"{prefix}{error_text(exc)}"
         return [(doc, None, DocError(doc["_id"], text, "transform")) for doc in docs]
 
 

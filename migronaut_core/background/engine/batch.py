@@ -47,7 +47,7 @@ from migronaut_core.errors import (
     MigronautError,
 )
 from migronaut_core.scrub import error_text, write_error_text
-from migronaut_core.server_errors import document_write_errors, is_transient_transaction
+from migronaut_core.server_errors import document_write_errors, is_batch_fault
 from migronaut_core.versioning import (
     exact_value,
     guarded_pipeline,
@@ -116,9 +116,11 @@ def transform_all(
     """Transform copies of ``docs``: ``(doc, new_doc, None)`` or ``(doc, None, error)``.
 
     A batch transform that raises, or returns the wrong number of results, fails
-    the slice: it cannot say which document was at fault. A transient transaction
-    error (a side write through ``ctx.session`` that hit a write conflict) is the
-    batch's, not the document's: it is raised, and the whole transaction retried.
+    the slice: it cannot say which document was at fault. An error that is the
+    batch's, not the document's (:func:`~migronaut_core.server_errors.is_batch_fault`:
+    a side write through ``ctx.session`` that hit a write conflict, or a side read
+    or write through ``ctx.db`` whose connection dropped) is raised, so the whole
+    transaction is retried or the slice cut off and claimed again, uncharged.
     """
     many = job.transform_many
     if many is not None:
@@ -131,7 +133,7 @@ def transform_all(
         try:
             results.append(_one_result(doc, one(clone_document(doc), ctx)))
         except Exception as exc:
-            if is_transient_transaction(exc):
+            if is_batch_fault(exc):
                 raise
             results.append((doc, None, DocError(doc["_id"], error_text(exc), "transform")))
     return results
