@@ -23,7 +23,7 @@ def run_until_completed(
     """Run the migration's DAG round after round; its final status and the sensor's reasons."""
     dag = load_dags()[dag_id_for(SPLIT_NAME)]
     reasons = []
-    for _ in range(20):
+    for round_number in range(40):
         run = dag.test()
         states = task_states(run)
         reasons.append(xcom(run, "wait_for_lanes"))
@@ -33,7 +33,9 @@ def run_until_completed(
             break
         assert run.state == "success", states
         assert states[("lane", 0)] == "success"
-        assert {key[1] for key in states if key[0] == "lane"} == {0, 1, 2}
+        lanes = {key[1] for key in states if key[0] == "lane"}
+        # The first round maps one lane per slot; later ones, one per open partition.
+        assert lanes == {0, 1, 2} if round_number == 0 else lanes <= {0, 1, 2}
     print("sensor reasons:", reasons)
     return status, reasons
 
@@ -48,7 +50,9 @@ def test_generated_dag_migrates_with_three_mapped_lanes(
     monkeypatch.setenv("MIGRONAUT_TEST_LANE_MAX_SLICES", "1")
     seed_users(db, 5_000)
     db.users.create_index([("_v", 1), ("_id", 1)])
-    write_background(dags_folder, batch_size=50, max_parallel=3)
+    # 0.5 ms a document: 300 ms slices of 3 lanes cannot drain 5,000 in one round, however fast
+    # the machine, so a round ends with open partitions and no live lease.
+    write_background(dags_folder, batch_size=50, max_parallel=3, per_document_seconds=0.0005)
     with make_kit(mongo_uri, db, dags_folder) as kit:
         kit.up()
     status, reasons = run_until_completed(mongo_uri, db, dags_folder)
@@ -70,7 +74,7 @@ def test_generated_dag_waits_on_a_configured_collection_prefix(
     monkeypatch.setenv("MIGRONAUT_TEST_LANE_MAX_SLICES", "1")
     seed_users(db, 5_000)
     db.users.create_index([("_v", 1), ("_id", 1)])
-    write_background(dags_folder, batch_size=50, max_parallel=3)
+    write_background(dags_folder, batch_size=50, max_parallel=3, per_document_seconds=0.0005)
     with make_kit(mongo_uri, db, dags_folder, background_collection=CUSTOM_PREFIX) as kit:
         kit.up()
     status, reasons = run_until_completed(

@@ -15,6 +15,8 @@ from migronaut_core import Migronaut
 SPLIT_NAME = "20240101000000_split_names"
 
 SPLIT_NAMES = """
+import time
+
 description = "Split name into first and last"
 
 background = {{
@@ -28,7 +30,7 @@ background = {{
 
 
 def migrate(doc, ctx):
-    first, _, last = doc.pop("name").partition(" ")
+{pause}    first, _, last = doc.pop("name").partition(" ")
     doc["first"] = first
     doc["last"] = last
     return doc
@@ -48,13 +50,24 @@ def write_background(
     max_parallel: int = 4,
     extra: str = "",
     body: str | None = None,
+    per_document_seconds: float = 0.0,
 ) -> Path:
+    """Write the name-splitting migration; ``per_document_seconds`` slows its transform.
+
+    A slowed transform bounds how much one slice can do whatever the machine's
+    speed, for tests that need a pass to outlast a round.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.py"
     source = (
         body
         if body is not None
-        else SPLIT_NAMES.format(batch_size=batch_size, max_parallel=max_parallel, extra=extra)
+        else SPLIT_NAMES.format(
+            batch_size=batch_size,
+            max_parallel=max_parallel,
+            extra=extra,
+            pause=f"    time.sleep({per_document_seconds!r})\n" if per_document_seconds else "",
+        )
     )
     path.write_text(textwrap.dedent(source))
     return path
