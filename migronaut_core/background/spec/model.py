@@ -21,9 +21,14 @@ from typing import Any, Final, Literal, TypeAlias
 
 from migronaut_core.bson_values import clone_document
 
-Mode: TypeAlias = Literal["declarative", "step"]
+Mode: TypeAlias = Literal["declarative", "step", "update"]
 Direction: TypeAlias = Literal["forward", "revert"]
 Transform: TypeAlias = Callable[..., Any]
+
+#: The stages an ``update`` pipeline may use: those MongoDB accepts in an update pipeline.
+UPDATE_STAGES: Final = frozenset(
+    {"$set", "$addFields", "$unset", "$replaceWith", "$replaceRoot", "$project"}
+)
 
 #: The largest checkpoint a ``step(ctx)`` may return (BSON size of ``{checkpoint: ...}``).
 MAX_CHECKPOINT_BYTES: Final = 64 * 1024
@@ -117,6 +122,14 @@ class BackgroundSpec:
     tests.
 
     - ``collection`` is ``None`` only in step mode;
+    - ``mode == "update"`` exactly when ``update`` is set: a non-empty list of
+      update-pipeline stages (:data:`UPDATE_STAGES`, one operator each) that
+      never set or unset ``field`` or ``revision_field`` at top level (the
+      engine stamps them). ``revert_update`` is set only beside ``update``.
+      Update mode runs without ``transaction``: each batch is one server-side
+      ``update_many``, every document's update atomic on its own, and a
+      crashed batch is settled from its intent note, so a transaction would
+      add a round trip and nothing a caller could rely on;
     - ``field`` and ``revision_field`` are distinct top-level field names, never ``_id``;
     - ``0 <= from_version < to_version`` (version 0: documents without the field);
     - ``filter`` is a BSON-normalised query that never tests ``field`` or
@@ -124,8 +137,8 @@ class BackgroundSpec:
       read-only; :func:`~migronaut_core.background.spec.match.match_of` returns a
       copy to build queries from;
     - ``transaction`` / ``adaptive`` are ``None`` when off;
-    - ``reversible`` says a revert function exists (``revert``/``revert_batch``,
-      or ``revert_step`` in step mode).
+    - ``reversible`` says a way back exists (``revert``/``revert_batch``,
+      ``revert_step`` in step mode, ``revert_update`` in update mode).
     """
 
     collection: str | None = None
@@ -149,6 +162,14 @@ class BackgroundSpec:
     adaptive: AdaptiveSettings | None = None
     throttle: ThrottleSettings = dataclasses.field(default_factory=ThrottleSettings)
     reversible: bool = False
+    update: list[dict[str, Any]] | None = None
+    revert_update: list[dict[str, Any]] | None = None
+
+    def pipeline(self, direction: Direction) -> list[dict[str, Any]] | None:
+        """Return a copy of the user's update stages for ``direction`` (``None``:
+        not update mode, or no ``revert_update``)."""
+        stages = self.revert_update if direction == "revert" else self.update
+        return None if stages is None else [clone_document(stage) for stage in stages]
 
     def source_version(self, direction: Direction) -> int:
         """Return the version a pass in ``direction`` reads (forward: ``from``)."""
@@ -164,7 +185,9 @@ class BackgroundSpec:
         BSON- and (bar BSON values in ``filter``) JSON-safe, keyed like the
         file (``from``/``to``, snake_case), plus ``reversible``. Off switches
         are stored as ``False`` (``transaction``, ``adaptive``) or ``None``
-        (``write_concern``, ``revision_field``, ``shard_concurrency``).
+        (``write_concern``, ``revision_field``, ``shard_concurrency``,
+        ``update``, ``revert_update``): running lanes take an update
+        migration's pipelines from here, not from the file.
         """
         return {
             "collection": self.collection,
@@ -188,7 +211,13 @@ class BackgroundSpec:
             "adaptive": _switch_document(self.adaptive),
             "throttle": dataclasses.asdict(self.throttle),
             "reversible": self.reversible,
+            "update": _stages_document(self.update),
+            "revert_update": _stages_document(self.revert_update),
         }
+
+
+def _stages_document(stages: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    return None if stages is None else [clone_document(stage) for stage in stages]
 
 
 def _switch_document(settings: TransactionSettings | AdaptiveSettings | None) -> Any:
@@ -201,8 +230,9 @@ class BackgroundFunctions:
 
     Declarative mode: ``migrate(doc, ctx)`` or ``migrate_batch(docs, ctx)``
     (exactly one), optionally ``revert`` or ``revert_batch`` (at most one).
-    Step mode: ``step(ctx)``, optionally ``revert_step(ctx)``. Either mode may
-    define ``throttle(ctx)``.
+    Step mode: ``step(ctx)``, optionally ``revert_step(ctx)``. Update mode
+    (``background.update``) defines no transform: the pipeline is one. Every
+    mode may define ``throttle(ctx)``.
     :func:`~migronaut_core.background.spec.validation.resolve_spec` guarantees these rules.
     """
 

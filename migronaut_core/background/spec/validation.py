@@ -26,6 +26,7 @@ from bson.codec_options import CodecOptions
 from bson.errors import BSONError
 
 from migronaut_core.background.spec.model import (
+    UPDATE_STAGES,
     AdaptiveSettings,
     BackgroundFunctions,
     BackgroundSpec,
@@ -193,6 +194,31 @@ def _w(value: Any) -> int | str:
     raise _InvalidError("must be an integer between 1 and 50, 'majority' or a tag set name")
 
 
+def _stages(value: Any) -> list[dict[str, Any]]:
+    """Check an update pipeline: one known operator per stage, BSON-encodable."""
+    if not isinstance(value, list | tuple) or not value:
+        raise _InvalidError(f"must be a non-empty list of pipeline stages{_got(value, list)}")
+    stages: list[dict[str, Any]] = []
+    allowed = ", ".join(sorted(UPDATE_STAGES))
+    for index, stage in enumerate(value):
+        where = f"stage {index}"
+        if not isinstance(stage, Mapping) or len(stage) != 1:
+            raise _InvalidError(f"{where} must be a mapping with exactly one stage operator")
+        (operator,) = stage
+        if operator not in UPDATE_STAGES:
+            shown = str(operator)[:40]
+            raise _InvalidError(
+                f"{where} ({shown}) is not an update-pipeline stage; use one of {allowed}"
+            )
+        try:
+            stages.append(bson.decode(bson.encode(dict(stage), codec_options=_FILTER_CODEC)))
+        except (BSONError, TypeError, ValueError, OverflowError):
+            raise _InvalidError(
+                f"{where} ({operator}) must be a document MongoDB can encode"
+            ) from None
+    return stages
+
+
 def _suggestion(key: str, known: Sequence[str]) -> str:
     snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", key).lower()
     close = [snake] if snake in known else difflib.get_close_matches(key, known, n=1)
@@ -248,7 +274,7 @@ _FILE_KEYS: Final[Mapping[str, _Key]] = {
     "from": _Key(_integer(0), required=True),
     "to": _Key(_integer(0), required=True),
     "filter": _Key(_mapping),
-    "mode": _Key(_choice("declarative", "step"), "declarative"),
+    "mode": _Key(_choice("declarative", "step", "update")),
     "batch_size": _Key(_integer(1, 10_000), 500),
     "max_parallel": _Key(_integer(1, 64), 4),
     "slice_ms": _Key(_integer(*_SLICE_MS), 30_000),
@@ -263,6 +289,8 @@ _FILE_KEYS: Final[Mapping[str, _Key]] = {
     "shard_concurrency": _Key(_optional(_integer(1, 64)), None),
     "adaptive": _Key(_switch, False),
     "throttle": _Key(_mapping),
+    "update": _Key(_optional(_stages), None),
+    "revert_update": _Key(_optional(_stages), None),
 }
 _STORED_KEYS: Final[Mapping[str, _Key]] = {**_FILE_KEYS, "reversible": _Key(_boolean, False)}
 
@@ -306,13 +334,16 @@ def _assemble(
     tolerant: bool,
 ) -> BackgroundSpec:
     """Cross-check the individually valid ``values`` and fill derived defaults."""
-    mode: Mode = values["mode"]
-    if values["collection"] is None and mode == "declarative":
-        raise _InvalidError("is required (a string) for a declarative migration", "collection")
+    mode = _mode_of(values)
+    if values["collection"] is None and mode != "step":
+        raise _InvalidError(f"is required (a string) for a {mode} migration", "collection")
     field = _pinned("field", values["field"], declared, "_v")
     revision_field = _pinned("revision_field", values["revision_field"], declared, None)
     if revision_field is not None and revision_field == field:
         raise _InvalidError("must differ from background.field", "revision_field")
+    for key in ("update", "revert_update"):
+        if values[key] is not None:
+            _within(key, _stamps_untouched, values[key], field, revision_field)
     if values["from"] >= values["to"]:
         raise _InvalidError("must be greater than background.from", "to")
     raw_filter = {} if values["filter"] is _DERIVED else values["filter"]
@@ -340,8 +371,55 @@ def _assemble(
         shard_concurrency=values["shard_concurrency"],
         adaptive=_within("adaptive", _adaptive, values["adaptive"], batch_size, tolerant),
         throttle=_within("throttle", _throttle, values["throttle"], tolerant),
-        reversible=reversible,
+        reversible=reversible or values["revert_update"] is not None,
+        update=values["update"],
+        revert_update=values["revert_update"],
     )
+
+
+def _mode_of(values: Mapping[str, Any]) -> Mode:
+    """Return the mode: ``update`` is implied by an ``update`` pipeline and needs one."""
+    given = values["mode"]
+    if values["update"] is not None:
+        if given not in (_DERIVED, "update"):
+            raise _InvalidError("must be 'update' (or absent) beside background.update", "mode")
+        if values["transaction"] not in (None, False):
+            raise _InvalidError(
+                "is not supported in update mode: each batch is one server-side update_many",
+                "transaction",
+            )
+        return "update"
+    if given == "update":
+        raise _InvalidError(
+            "is required (a list of stages) when background.mode is 'update'", "update"
+        )
+    if values["revert_update"] is not None:
+        raise _InvalidError("needs background.update beside it", "revert_update")
+    return "declarative" if given is _DERIVED else given
+
+
+def _stamps_untouched(stages: list[dict[str, Any]], field: str, revision_field: str | None) -> None:
+    """Refuse a stage that writes the version or revision field: the engine stamps them."""
+    names = [name for name in (field, revision_field) if name is not None]
+    for index, stage in enumerate(stages):
+        ((operator, body),) = stage.items()
+        for name in names:
+            if name in _paths_written(operator, body):
+                raise _InvalidError(
+                    f"stage {index} ({operator}) must not set or unset {name!r}: "
+                    "the engine stamps it"
+                )
+
+
+def _paths_written(operator: str, body: Any) -> set[str]:
+    """The top-level field names a ``$set``/``$addFields``/``$unset``/``$project`` names."""
+    if operator == "$unset":
+        paths = [body] if isinstance(body, str) else list(body) if isinstance(body, list) else []
+    elif operator in ("$set", "$addFields", "$project") and isinstance(body, Mapping):
+        paths = list(body)
+    else:
+        return set()
+    return {path.split(".", 1)[0] for path in paths if isinstance(path, str)}
 
 
 def _pinned(key: str, given: Any, declared: Mapping[str, str | None], fallback: Any) -> Any:
@@ -443,7 +521,7 @@ def resolve_spec(
     try:
         declared = _declared(versioning)
         values = _read(export("background"), _FILE_KEYS)
-        reversible = _reversible(values["mode"], functions)
+        reversible = _reversible(_mode_of(values), functions)
         spec = _assemble(values, declared, reversible=reversible, tolerant=False)
     except _InvalidError as invalid:
         raise _config_error(name, invalid) from None
@@ -503,13 +581,18 @@ def _functions(name: str, export: Callable[[str], Any]) -> BackgroundFunctions:
 def _reversible(mode: Mode, functions: BackgroundFunctions) -> bool:
     if mode == "step":
         return functions.revert_step is not None
+    if mode == "update":
+        return False
     return functions.revert is not None or functions.revert_batch is not None
 
 
 def _check_functions(name: str, mode: Mode, fns: BackgroundFunctions) -> None:
     """Refuse a missing, ambiguous or wrong-mode transform."""
     foreign: tuple[str, ...]
-    if mode == "step":
+    if mode == "update":
+        foreign = ("migrate", "migrate_batch", "revert", "revert_batch", "step", "revert_step")
+        problem = "cannot be defined beside background.update: the pipeline is the transform"
+    elif mode == "step":
         foreign = ("migrate", "migrate_batch", "revert", "revert_batch")
         problem = "is for declarative migrations; a step migration defines step(ctx)"
         if fns.step is None:
