@@ -35,6 +35,7 @@ __all__ = [
     "is_retryable_write",
     "is_transient_transaction",
     "is_unauthorized",
+    "pipeline_write_errors",
     "replication_unavailable",
     "timed_out",
     "too_slow_or_too_big",
@@ -58,6 +59,16 @@ NO_REPLICATION_CODES: Final = frozenset({59, 76, 115})
 #: ChangeStreamHistoryLost, ChangeStreamFatalError, CappedPositionLost: a resume
 #: token that points before the oplog's start.
 HISTORY_LOST_CODES: Final = frozenset({286, 280, 136})
+
+#: Write-error codes of an update that are the batch's, not a document's: the primary
+#: stepped down or is shutting down, the operation was interrupted or timed out, a
+#: write conflict or lock timeout, a missing privilege.
+BATCH_WRITE_ERROR_CODES: Final = (
+    TIME_LIMIT_CODES
+    | TRANSIENT_TRANSACTION_CODES
+    | UNAUTHORIZED_CODES
+    | frozenset({6, 7, 89, 91, 189, 9001, 10107, 11600, 11601, 11602, 13435, 13436})
+)
 
 _OVERLOAD_LABELS: Final = ("TransientTransactionError", "RetryableWriteError")
 _CAUSE_DEPTH: Final = 8
@@ -122,6 +133,27 @@ def document_write_errors(error: BulkWriteError) -> dict[int, dict[str, Any]] | 
     failed: dict[int, dict[str, Any]] = {}
     for write_error in details.get("writeErrors", ()):
         if not is_document_error(write_error.get("code")):
+            return None
+        failed[write_error["index"]] = write_error
+    return failed
+
+
+def pipeline_write_errors(error: BulkWriteError) -> dict[int, dict[str, Any]] | None:
+    """The write errors of a bulk of update-pipeline writes by op index, when each
+    fails its document; None when the bulk failed as a whole.
+
+    An update pipeline fails a document on more than :data:`DOCUMENT_ERROR_CODES`:
+    an expression over the document's values (``$toInt`` of text, ``$add`` of a
+    string, …) fails with a code of its own. So every write error counts as the
+    document's unless its code is one of :data:`BATCH_WRITE_ERROR_CODES`; a write
+    concern error is the batch's too.
+    """
+    details = error.details or {}
+    if details.get("writeConcernErrors"):
+        return None
+    failed: dict[int, dict[str, Any]] = {}
+    for write_error in details.get("writeErrors", ()):
+        if write_error.get("code") in BATCH_WRITE_ERROR_CODES:
             return None
         failed[write_error["index"]] = write_error
     return failed

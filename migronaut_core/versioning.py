@@ -36,6 +36,7 @@ __all__ = [
     "occ_filter",
     "revision_of",
     "stamped_diff",
+    "stamped_pipeline",
     "updated_document",
     "version_filter",
     "version_of",
@@ -412,3 +413,56 @@ def _apply(doc: dict[str, Any], operator: str, name: str, value: Any) -> None:
         doc[name] = clone_value(value)
     else:
         doc[name] = _incremented(doc[name], value, name)
+
+
+def stamped_pipeline(
+    stages: list[dict[str, Any]],
+    *,
+    field: str,
+    target_version: int,
+    revision_field: str | None = None,
+) -> list[dict[str, Any]]:
+    """Return an update-pipeline migration's stages followed by the engine's stamps.
+
+    The version field is set to ``target_version`` (unset for version 0) and,
+    with ``revision_field``, the revision bumped exactly as :func:`stamped_diff`
+    bumps it (a missing or ``null`` revision becomes 1). So that a stage that
+    replaces the whole document (``$replaceWith``, ``$replaceRoot``, an
+    inclusion ``$project``) cannot reset the revision, such a stage carries the
+    stored revision over; the spec guarantees no stage writes either field
+    itself. ``stages`` is not modified.
+
+    :raises ConfigInvalidError: on a bad field name or target version.
+    """
+    _check_names(field, revision_field)
+    _check_count(target_version, "target_version")
+    out = [_keeping_revision(clone_document(stage), revision_field) for stage in stages]
+    stamp: dict[str, Any] = {}
+    if target_version != 0:
+        stamp[field] = target_version
+    if revision_field is not None:
+        stamp[revision_field] = {"$add": [{"$ifNull": [f"${revision_field}", 0]}, 1]}
+    if stamp:
+        out.append({"$set": stamp})
+    if target_version == 0:
+        out.append({"$unset": field})
+    return out
+
+
+def _keeping_revision(stage: dict[str, Any], revision_field: str | None) -> dict[str, Any]:
+    if revision_field is None:
+        return stage
+    ((operator, body),) = stage.items()
+    keep = {revision_field: f"${revision_field}"}
+    if operator == "$replaceWith":
+        return {operator: {"$mergeObjects": [body, keep]}}
+    if operator == "$replaceRoot" and isinstance(body, Mapping) and "newRoot" in body:
+        return {operator: {**body, "newRoot": {"$mergeObjects": [body["newRoot"], keep]}}}
+    if operator == "$project" and isinstance(body, Mapping) and _includes(body):
+        return {operator: {**body, revision_field: 1}}
+    return stage
+
+
+def _includes(projection: Mapping[str, Any]) -> bool:
+    """Whether a ``$project`` keeps only what it names (any non-exclusion besides ``_id``)."""
+    return any(value not in (0, False) for key, value in projection.items() if key != "_id")

@@ -41,6 +41,33 @@ def revert(doc, ctx):
     return doc
 """
 
+#: The same migration as :data:`SPLIT_NAMES`, written as an update pipeline (no Python).
+SPLIT_NAMES_UPDATE = """
+description = "Split name into first and last, on the server"
+
+_PARTS = {{"$split": ["$name", " "]}}
+
+background = {{
+    "collection": "users",
+    "from": 1,
+    "to": 2,
+    "batch_size": {batch_size},
+    "max_parallel": {max_parallel},
+    {extra}
+    "update": [
+        {{"$set": {{
+            "first": {{"$arrayElemAt": [_PARTS, 0]}},
+            "last": {{"$arrayElemAt": [_PARTS, 1]}},
+        }}}},
+        {{"$unset": "name"}},
+    ],
+    "revert_update": [
+        {{"$set": {{"name": {{"$concat": ["$first", " ", "$last"]}}}}}},
+        {{"$unset": ["first", "last"]}},
+    ],
+}}
+"""
+
 
 def write_background(
     directory: Path,
@@ -51,12 +78,18 @@ def write_background(
     extra: str = "",
     body: str | None = None,
     per_document_seconds: float = 0.0,
+    update: bool = False,
 ) -> Path:
     """Write the name-splitting migration; ``per_document_seconds`` slows its transform.
 
     A slowed transform bounds how much one slice can do whatever the machine's
-    speed, for tests that need a pass to outlast a round.
+    speed, for tests that need a pass to outlast a round. ``update`` writes it
+    as an update pipeline instead (:data:`SPLIT_NAMES_UPDATE`).
     """
+    if update:
+        body = SPLIT_NAMES_UPDATE.format(
+            batch_size=batch_size, max_parallel=max_parallel, extra=extra
+        )
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.py"
     source = (

@@ -933,3 +933,13 @@ def test_update_refuses_functions_and_conflicting_settings() -> None:
     refused(lambda: resolve(revert_update=REVERT_UPDATE), "revert_update")
     refused(lambda: resolve_update(collection=None), "collection")
     refused(lambda: read_stored({**BASE, "mode": "update"}, name=NAME), "update")
+
+
+def test_update_mode_defaults_to_larger_batches() -> None:
+    spec, _ = resolve_update()
+    assert spec.batch_size == 2_000
+    assert resolve_update(adaptive=True)[0].adaptive == AdaptiveSettings(
+        min_batch_size=200, max_batch_size=2_000, increase=200
+    )
+    assert resolve_update(batch_size=500)[0].batch_size == 500
+    assert resolve().batch_size == 500

@@ -1,7 +1,11 @@
-"""The batch engine: how a lane rewrites a leased partition, batch by batch.
+r"""The batch engine: how a lane rewrites a leased partition, batch by batch.
 
 - :mod:`.batch` — the one write path (:func:`~.batch.apply_batch`: transform,
   guarded bulk write, conflict re-reads) and a plain batch with its fenced checkpoint;
+- :mod:`.pipeline` — update-pipeline batches: ``_id`` values read, one ``update_many``,
+  failing documents isolated;
+- :mod:`.work` — what a batch of each mode is (:class:`~.work.BatchWork`), the one
+  call the watcher and dry runs write with (:func:`~.work.apply_work`), a plain batch;
 - :mod:`.readahead` — plain batches with the next one read while this one is written;
 - :mod:`.transactional` — a batch and its checkpoint in one transaction;
 - :mod:`.steps` — ``mode: "step"`` migrations, run as checkpointed steps;

@@ -34,7 +34,7 @@ from pymongo.write_concern import WriteConcern
 
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.job import Job
-from migronaut_core.background.planning.partition import Partitioner, find
+from migronaut_core.background.planning.partition import Partitioner
 from migronaut_core.background.spec import Direction
 from migronaut_core.background.store import BackgroundStore, Lease
 from migronaut_core.background.throttle import Throttle, ThrottleChange
@@ -523,54 +523,6 @@ def errors_of(errors: Sequence[DocError]) -> tuple[list[Any], list[Document]]:
     """A batch's failed documents as stored: their ids and their entries."""
     at = time.time()
     return [error.id for error in errors], [{**error.entry(), "at_epoch": at} for error in errors]
-
-
-def plain_batch(
-    job: Job,
-    ctx: PartitionContext,
-    cursor: Mapping[str, Any],
-    batch_size: int,
-    *,
-    settle: bool = False,
-) -> tuple[BatchResult, dict[str, Any] | None, dict[str, int]]:
-    """One batch without a transaction: read, transform, write, fenced checkpoint.
-
-    With ``settle``, the batch is the first after a dead lane's: it reads at least
-    as many documents as that lane noted, and settles the note once it has read.
-    """
-    collection = ctx.db[job.collection]
-    limit = max(batch_size, len(noted_ids(ctx))) if settle else batch_size
-    query = job.partitioner.batch_query(
-        ctx.partition["scope"], cursor, limit=limit, match=job.match, hint=job.hint
-    )
-    docs = find(collection, query)
-    if settle:
-        settle_dead_lane_batch(job, ctx, read=docs)
-    elif docs:
-        ctx.store.record_intent(ctx.lease, [doc["_id"] for doc in docs])
-    transform_ctx = ctx.transform_context(job)
-    started = time.monotonic()
-    try:
-        result = apply_batch(job, docs, collection, transform_ctx)
-    except Exception as error:
-        ctx.throttle_changed(ctx.throttle.after_error(error, _elapsed_ms(started)))
-        raise
-    ctx.throttle_changed(ctx.throttle.after_batch(_elapsed_ms(started)))
-    bad_ids, doc_errors = errors_of(result.errors)
-    # Read and not rewritten: a draining partition steps over them.
-    left = [*result.left, *bad_ids]
-    next_cursor = job.partitioner.advance(cursor, docs, limit=limit, left=left)
-    counters = result.counters(len(docs))
-    ctx.store.checkpoint(
-        ctx.lease,
-        cursor=next_cursor if next_cursor is not None else cursor,
-        counters=counters,
-        bad_ids=bad_ids,
-        doc_errors=doc_errors,
-        done=next_cursor is None,
-        throttle=ctx.throttle.state(),
-    )
-    return result, next_cursor, counters
 
 
 def _elapsed_ms(started: float) -> float:

@@ -1,4 +1,4 @@
-"""Plain batches with the next batch read and transformed while the current one is written.
+r"""Plain batches with the next batch read and transformed while the current one is written.
 
 One batch at a time, a lane leaves the server idle while it reads and transforms,
 and itself idle while the server writes. Here the write of batch *n* runs on a
@@ -8,7 +8,11 @@ batch *n* notes the ids of batch *n+1* as the in-flight intent in the same write
 so each write is still preceded by a durable note of its ids (totals stay exact
 across ``kill -9``) without a round trip of its own.
 
-Only for plain batches (no transaction, no steps) of partitioners whose cursor
+The loop is the same for Python and update-pipeline migrations: a
+:class:`~.work.BatchWork` says how a batch is read, written and counted (an
+update-pipeline batch reads the next range's ``_id`` values while the current
+``update_many`` runs). Only for plain batches (no transaction, no steps) of
+partitioners whose cursor
 does not depend on the write
 (:attr:`~migronaut_core.background.planning.partition.Partitioner.reads_ahead`).
 Pause, cancel and the slice deadline are judged before each checkpoint, so a lane
@@ -29,19 +33,15 @@ from migronaut_core.background.engine.batch import (
     Document,
     PartitionContext,
     PartitionResult,
-    TransformContext,
-    WriteRound,
     Written,
     add_counters,
     control_outcome,
     errors_of,
-    finish_batch,
     noted_ids,
     over_error_budget,
-    prepare_round,
     settle_dead_lane_batch,
-    write_round,
 )
+from migronaut_core.background.engine.work import BatchWork, work_for
 from migronaut_core.background.job import Job
 from migronaut_core.background.planning.partition import find
 from migronaut_core.background.store import BackgroundStore
@@ -49,12 +49,12 @@ from migronaut_core.background.store import BackgroundStore
 
 @dataclass
 class _Batch:
-    """A batch read and transformed, not yet written."""
+    """A batch read and prepared (a Python batch: transformed), not yet written."""
 
     cursor: dict[str, Any]
     limit: int
     docs: list[Document]
-    round: WriteRound
+    prepared: Any
 
     @property
     def ids(self) -> list[Any]:
@@ -81,14 +81,14 @@ def work_reading_ahead(
     """
     counters: dict[str, int] = {}
     collection = ctx.db[job.collection]
-    transform_ctx = ctx.transform_context(job)
+    work = work_for(job, collection, ctx.transform_context(job))
     if ctx.lease_lost():
         store.checkpoint(ctx.lease, cursor=cursor, counters={})  # raises LockLostError
     stop = _stop_reason(job, ctx, first=True) or _wait_for_throttle(job, ctx)
     if stop is not None:
         return PartitionResult(stop, counters)
     at_least = len(noted_ids(ctx)) if settle else 0
-    batch = _read(job, ctx, collection, transform_ctx, dict(cursor), at_least=at_least)
+    batch = _read(job, ctx, collection, work, dict(cursor), at_least=at_least)
     if settle:
         settle_dead_lane_batch(job, ctx, read=batch.docs)
     elif batch.docs:
@@ -96,11 +96,11 @@ def work_reading_ahead(
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="migronaut-write") as writer:
         while True:
             started = time.monotonic()
-            pending = writer.submit(write_round, job, collection, batch.round)
+            pending = writer.submit(work.write, batch.prepared)
             next_cursor = job.partitioner.advance(batch.cursor, batch.docs, limit=batch.limit)
-            ahead = _read_while_writing(job, ctx, collection, transform_ctx, next_cursor, pending)
+            ahead = _read_while_writing(job, ctx, collection, work, next_cursor, pending)
             written = _written(ctx, pending)
-            result = finish_batch(job, batch.round, written, collection, transform_ctx)
+            result = work.finish(batch.prepared, written)
             batch_counters = result.counters(len(batch.docs))
             add_counters(counters, batch_counters)
             done = next_cursor is None or (ahead is not None and not ahead.docs)
@@ -159,7 +159,7 @@ def _read(
     job: Job,
     ctx: PartitionContext,
     collection: Collection[Document],
-    transform_ctx: TransformContext,
+    work: BatchWork,
     cursor: dict[str, Any],
     *,
     at_least: int = 0,
@@ -168,15 +168,15 @@ def _read(
     query = job.partitioner.batch_query(
         ctx.partition["scope"], cursor, limit=limit, match=job.match, hint=job.hint
     )
-    docs = find(collection, query)
-    return _Batch(cursor, limit, docs, prepare_round(job, docs, transform_ctx))
+    docs = find(collection, query, projection=work.projection)
+    return _Batch(cursor, limit, docs, work.prepare(docs))
 
 
 def _read_while_writing(
     job: Job,
     ctx: PartitionContext,
     collection: Collection[Document],
-    transform_ctx: TransformContext,
+    work: BatchWork,
     cursor: dict[str, Any] | None,
     pending: Future[Written],
 ) -> _Batch | None:
@@ -184,7 +184,7 @@ def _read_while_writing(
     if cursor is None:
         return None
     try:
-        return _read(job, ctx, collection, transform_ctx, cursor)
+        return _read(job, ctx, collection, work, cursor)
     except BaseException:
         wait([pending])  # no write may outlive the lane's giving up
         raise

