@@ -32,6 +32,7 @@ from migronaut_core import files
 from migronaut_core.audit import Finding
 from migronaut_core.background.indexes import has_probe_index
 from migronaut_core.background.runtime import Runtime
+from migronaut_core.background.spec import REWRITING_MODES
 from migronaut_core.background.store import STREAMING_FRESH_SECONDS, WatchStore, aware
 from migronaut_core.errors import MigronautError
 
@@ -128,7 +129,7 @@ def _index_findings(
     spec = state.get("spec") or {}
     collection = spec.get("collection") or state.get("collection")
     field = spec.get("field")
-    if state.get("mode", spec.get("mode")) != "declarative" or not collection or not field:
+    if state.get("mode", spec.get("mode")) not in REWRITING_MODES or not collection or not field:
         return
     key = (collection, field)
     if key not in indexed:

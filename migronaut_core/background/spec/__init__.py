@@ -15,6 +15,7 @@ from __future__ import annotations
 from migronaut_core.background.spec.match import exclude_bad_ids, match_hash, match_of
 from migronaut_core.background.spec.model import (
     MAX_CHECKPOINT_BYTES,
+    REWRITING_MODES,
     UPDATE_STAGES,
     AdaptiveSettings,
     BackgroundFunctions,
@@ -29,6 +30,7 @@ from migronaut_core.background.spec.validation import check_slice_ms, read_store
 
 __all__ = [
     "MAX_CHECKPOINT_BYTES",
+    "REWRITING_MODES",
     "UPDATE_STAGES",
     "AdaptiveSettings",
     "BackgroundFunctions",

@@ -25,6 +25,10 @@ Mode: TypeAlias = Literal["declarative", "step", "update"]
 Direction: TypeAlias = Literal["forward", "revert"]
 Transform: TypeAlias = Callable[..., Any]
 
+#: The modes whose passes rewrite a collection's documents by version (all but step):
+#: what the drift watcher upgrades with and the index audit checks.
+REWRITING_MODES: Final = frozenset({"declarative", "update"})
+
 #: The stages an ``update`` pipeline may use: those MongoDB accepts in an update pipeline.
 UPDATE_STAGES: Final = frozenset(
     {"$set", "$addFields", "$unset", "$replaceWith", "$replaceRoot", "$project"}

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from migronaut_core.background.job import Job
+from migronaut_core.background.spec import REWRITING_MODES
 from migronaut_core.background.states import TERMINAL
 
 __all__ = ["Edge", "edge_signature", "edge_states", "watch_pipeline", "watched_collections"]
@@ -38,13 +39,14 @@ class Edge:
 def watched_collections(
     states: Sequence[Mapping[str, Any]], wanted: Sequence[str] | None
 ) -> list[str]:
-    """Collections with a completed forward declarative migration and no revert at work."""
+    """Collections with a completed forward migration that rewrites documents (Python
+    or update pipeline) and no revert at work."""
     completed: set[str] = set()
     reverting: set[str] = set()
     for state in states:
         spec = state.get("spec") or {}
         collection = spec.get("collection")
-        if not collection or spec.get("mode", "declarative") != "declarative":
+        if not collection or spec.get("mode", "declarative") not in REWRITING_MODES:
             continue
         if state.get("direction") == "revert":
             if state.get("status") not in TERMINAL:
@@ -71,7 +73,7 @@ def edge_states(states: Sequence[Mapping[str, Any]], collection: str) -> list[Ma
         if state.get("status") == "completed"
         and state.get("direction") != "revert"
         and (state.get("spec") or {}).get("collection") == collection
-        and (state.get("spec") or {}).get("mode", "declarative") == "declarative"
+        and (state.get("spec") or {}).get("mode", "declarative") in REWRITING_MODES
     ]
     return sorted(
         edges, key=lambda state: (state["spec"]["from"], state["spec"]["to"], state["_id"])

@@ -1,9 +1,11 @@
 """Upgrading what a change stream brought: old-shape documents rewritten through the lanes' path.
 
 The ids a stream gathered are read again (only documents still at an edge's
-source version), rewritten with
-:func:`~migronaut_core.background.engine.batch.apply_batch` — in a transaction
-per document when the migration asks for transactions — and counted. What
+source version), rewritten as the lanes rewrite them
+(:func:`~migronaut_core.background.engine.work.apply_work`: guarded per-document
+updates, or for an update-pipeline migration its pipeline and stamps by ``_id``,
+guarded on the source version) — in a transaction per document when the
+migration asks for transactions — and counted. What
 cannot be upgraded reopens its migration (``on_drift = "reopen"``, its lanes
 take the documents) or is only reported. Events say names and counts, never
 ids or values.
@@ -26,6 +28,7 @@ from migronaut_core.background.drift.watch.edges import Edge
 from migronaut_core.background.drift.watch.settings import WatchSettings
 from migronaut_core.background.engine.batch import BatchResult, TransformContext, apply_batch
 from migronaut_core.background.engine.transactional import transaction_options
+from migronaut_core.background.engine.work import apply_work
 from migronaut_core.background.job import Job
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.bson_values import canonical_id_key
@@ -104,7 +107,7 @@ class Upgrader:
         self, job: Job, docs: list[Document], collection: Collection[Document]
     ) -> BatchResult:
         if job.spec.transaction is None:
-            return apply_batch(job, docs, collection, self._context(job))
+            return apply_work(job, docs, collection, self._context(job))
         # One transaction per document, so a transform's side writes commit with it
         # and one bad document does not hold the others back.
         total = BatchResult()
