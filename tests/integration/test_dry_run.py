@@ -422,3 +422,57 @@ def test_cli_prints_the_report(
     assert both.returncode == 2  # argparse: not allowed together
     assert users_hash(db) == before
     assert "migronaut_background" not in db.list_collection_names()
+
+
+UPDATE_PIPELINE = """
+background = {
+    "collection": "users",
+    "from": 1,
+    "to": 2,
+    "revision_field": "rev",
+    "update": [
+        {"$set": {"num": {"$toInt": "$code"}}},
+        {"$set": {"first": {"$arrayElemAt": [{"$split": ["$name", " "]}, 0]}}},
+        {"$unset": "name"},
+    ],
+}
+"""
+
+
+def test_an_update_pipeline_is_previewed_by_the_server_and_validated_in_an_aborted_transaction(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    db.create_collection("users", validator={"$or": [{"_v": {"$ne": 2}}, {"num": {"$lt": 100}}]})
+    seed_users(db, 10)
+    db.users.update_many({}, [{"$set": {"code": {"$toString": "$n"}}}])
+    db.users.update_one({"_id": 3}, {"$set": {"code": SECRET}})  # $toInt fails on it
+    db.users.update_one({"_id": 5}, {"$set": {"code": "500"}})  # the validator refuses it
+    db.users.update_one({"_id": 6}, {"$set": {"rev": 4}})
+    write_background(migrations, body=UPDATE_PIPELINE)
+    before = users_hash(db)
+
+    plain = kit.dry_run_background(SPLIT_NAME, first=10)
+
+    assert users_hash(db) == before
+    assert bookkeeping(db) == dict.fromkeys(bookkeeping(db), 0)
+    assert ids(plain) == list(range(10))
+    by_id = {doc.id: doc for doc in plain.documents}
+    assert by_id[3].failed and by_id[3].reason == "update"
+    assert "241" in (by_id[3].error or "")  # ConversionFailure, by its code
+    assert plain.totals == {"documents": 10, "would_change": 9, "unchanged": 0, "errors": 1}
+    for doc_id in (0, 5, 6):
+        assert by_id[doc_id].set_fields == ("num", "first", "_v", "rev")
+        assert by_id[doc_id].unset_fields == ("name",)
+    assert_value_free(plain, SECRET, "First1", "Last1")
+
+    validated = kit.dry_run_background(SPLIT_NAME, first=10, validate=True)
+
+    assert users_hash(db) == before
+    assert db.users.count_documents({"_v": 2}) == 0
+    assert bookkeeping(db) == dict.fromkeys(bookkeeping(db), 0)
+    failed = {doc.id: doc for doc in validated.documents if doc.failed}
+    assert set(failed) == {3, 5}, validated.to_dict()
+    assert failed[3].reason == failed[5].reason == "update"
+    assert "121" in (failed[5].error or "")  # document validation, by its code
+    assert validated.totals["would_change"] == 8
+    assert_value_free(validated, SECRET, "First1", "500")

@@ -2,9 +2,10 @@
 
 The job is the one a pass would run (the registered spec, direction and
 excluded documents, else the file's), documents are read through its version
-index, and each transformed copy goes through the engine's own per-document
-step (:func:`~migronaut_core.background.engine.batch.document_update`), so a
-preview shows exactly the fields a pass would ``$set`` and ``$unset``.
+index, and each transformed copy (for an update-pipeline migration: what the
+server's aggregation of its stages returned) goes through the engine's own
+per-document step (:func:`~migronaut_core.background.engine.batch.document_update`),
+so a preview shows exactly the fields a pass would ``$set`` and ``$unset``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from migronaut_core.background.dry_run.isolation import (
     isolation_of,
 )
 from migronaut_core.background.dry_run.options import check_mode
+from migronaut_core.background.dry_run.pipeline import evaluate
 from migronaut_core.background.dry_run.report import DocumentPreview, Method
 from migronaut_core.background.engine.batch import (
     TransformContext,
@@ -165,8 +167,12 @@ def transform(job: Job, docs: Sequence[Document], ctx: TransformContext) -> Tran
 
     A per-document transform is run one document at a time, so an error it raises
     that :func:`transform_all` leaves to the batch (a dropped connection, a
-    transient transaction error) is reported on that document alone.
+    transient transaction error) is reported on that document alone. An
+    update-pipeline migration's documents are evaluated by the server
+    (:func:`~.pipeline.evaluate`).
     """
+    if job.spec.mode == "update":
+        return evaluate(job, docs, ctx)
     if job.transform_many is None:
         return [item for doc in docs for item in _transform_or_fail(job, [doc], ctx, "")]
     return _transform_or_fail(job, docs, ctx, "the batch transform failed: ")

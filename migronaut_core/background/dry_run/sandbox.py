@@ -1,7 +1,9 @@
 """A validating dry run: the engine's real write path in transactions that are always aborted.
 
 The documents go through :func:`~migronaut_core.background.engine.batch.apply_batch`
-inside a snapshot transaction on the primary, so unique indexes and collection
+(an update-pipeline migration's through its pipeline, one update per ``_id``:
+:func:`~migronaut_core.background.engine.pipeline.first_refusal`) inside a
+snapshot transaction on the primary, so unique indexes and collection
 validators are checked by the server itself. A write error aborts a MongoDB
 transaction on the spot, so a failed document is recorded and the transaction
 is started again without it, until one attempt writes every remaining document
@@ -31,6 +33,7 @@ from migronaut_core.background.dry_run.preview import (
 )
 from migronaut_core.background.dry_run.report import DocumentPreview
 from migronaut_core.background.engine.batch import TransformContext, apply_batch, batch_results
+from migronaut_core.background.engine.pipeline import first_refusal
 from migronaut_core.background.job import Job
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.spec import BackgroundFunctions
@@ -203,9 +206,11 @@ def _attempt(
                         reason="conflict",
                     )
             ctx = transform_context(rt, job, session)
+            # A failing aggregation would abort the transaction: evaluate outside it.
+            evaluating = transform_context(rt, job, None) if job.spec.mode == "update" else ctx
             for chunk in chunks(docs, job.spec.batch_size):
                 writable = []
-                for item in transform(job, chunk, ctx):
+                for item in transform(job, chunk, evaluating):
                     shown = preview(job, *item)
                     if shown.failed:
                         failed[canonical_id_key(shown.id)] = shown
@@ -213,6 +218,13 @@ def _attempt(
                         passed[canonical_id_key(shown.id)] = shown
                         writable.append(item[0])
                 if not writable:
+                    continue
+                if job.spec.mode == "update":
+                    ids_written = [doc["_id"] for doc in writable]
+                    refused = first_refusal(job, collection, ids_written, session=session)
+                    if refused is not None:
+                        return {}, refused
+                    _mark_unwritten(job, writable, (), passed, collection, session)
                     continue
                 try:
                     result = apply_batch(

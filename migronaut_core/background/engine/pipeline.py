@@ -111,6 +111,36 @@ def write_pipeline(
         return done + int(exc.details.get("nModified", 0)), failed
 
 
+def first_refusal(
+    job: Job,
+    collection: Collection[Document],
+    ids: Sequence[Any],
+    *,
+    session: ClientSession,
+) -> DocError | None:
+    """Rewrite ``ids`` one update each, in order, inside ``session``'s transaction.
+
+    For a validating dry run: a write error aborts a transaction, so the first
+    document the server refuses is returned (the caller starts again without it).
+
+    :raises PyMongoError: a fault of the batch, not of a document.
+    """
+    if not ids:
+        return None
+    stages = pipeline_of(job)
+    ops = [UpdateOne(_matching(job, one), stages) for one in ids]
+    try:
+        collection.bulk_write(ops, ordered=True, session=session)
+    except BulkWriteError as exc:
+        failed = pipeline_write_errors(exc)
+        if not failed:
+            raise
+        index, entry = min(failed.items())
+        text = write_error_text(entry.get("code"), entry.get("errmsg"))
+        return DocError(ids[index], text, "update")
+    return None
+
+
 def pipeline_result(ids: Sequence[Any], written: Written) -> BatchResult:
     """Count a written update-pipeline batch as a :class:`~.batch.BatchResult`."""
     errors = [
