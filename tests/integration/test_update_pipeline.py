@@ -1,7 +1,16 @@
-"""Update-pipeline migrations end to end on a real MongoDB: one ``update_many`` per batch."""
+"""Update-pipeline migrations end to end on a real MongoDB: one ``update_many`` per batch.
+
+What users rely on: the same lanes, passes, controls and totals as a Python
+migration; application writes made meanwhile are never lost (the server applies
+each document's update to its current state); old-shape documents written during
+or after the run are taken by a later pass or by drift; the revision moves on
+each rewrite; and documents the server refuses are isolated and counted within
+``max_document_errors`` while the rest migrate.
+"""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -9,8 +18,30 @@ from typing import Any
 import pytest
 from pymongo.database import Database
 
-from migronaut_core import Migronaut
+from migronaut_core import BackgroundFailedError, Migronaut
+from tests.support.app_writer import AppWriter
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
+from tests.support.chaos import (
+    assert_nothing_lost,
+    drive_remaining,
+    register,
+    seed,
+    write_migration,
+)
+
+CONVERT = """
+background = {{
+    "collection": "users",
+    "from": 1,
+    "to": 2,
+    "batch_size": 50,
+    "max_parallel": 2,
+    "max_document_errors": {budget},
+    "update": [{{"$set": {{"num": {{"$toInt": "$code"}}}}}}, {{"$unset": "code"}}],
+}}
+"""
+#: Only the documents with bad codes carry it; it must never leave the engine.
+SECRET = "not-a-number-5e1f"
 
 
 @pytest.fixture
@@ -27,22 +58,199 @@ def kit(mongo_uri: str, db: Database[dict[str, Any]], migrations: Path) -> Itera
 def assert_all_split(db: Database[dict[str, Any]], count: int) -> None:
     assert db.users.count_documents({"_v": 2}) == count
     assert db.users.count_documents({"name": {"$exists": True}}) == 0
-    for doc in db.users.find({"n": {"$exists": True}}):
+    for doc in db.users.find({"n": {"$exists": True}}, {"first": 1, "last": 1, "n": 1}):
         assert (doc["first"], doc["last"]) == (f"First{doc['n']}", f"Last{doc['n']}")
 
 
-def test_a_pipeline_migration_runs_in_lanes_with_exact_totals(
+def test_lanes_rewrite_by_pipeline_with_exact_totals_and_a_later_pass_takes_late_old_shapes(
     kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
 ) -> None:
     seed_users(db, 6_000)
-    write_background(migrations, update=True, batch_size=700, max_parallel=3)
+    db.users.create_index([("_v", 1), ("_id", 1)])
+    write_background(migrations, update=True, batch_size=400, max_parallel=3)
     kit.up()
     batches: list[dict[str, Any]] = []
-    kit.on("background:batch", lambda event, payload: batches.append(payload))
+    inserted = threading.Event()
+
+    def on_batch(event: str, payload: dict[str, Any]) -> None:
+        batches.append(payload)
+        if not inserted.is_set():
+            inserted.set()
+            seed_users(db, 300, start=-1_000)  # below every cursor: left to the next pass
+
+    kit.on("background:batch", on_batch)
     view = kit.run_background(SPLIT_NAME, concurrency=3)
     assert view["status"] == "completed"
-    print(view)
+    assert view["mode"] == "update"
+    assert view["pass"] >= 2
     totals = view["totals"]
-    assert totals["migrated"] == 6_000
-    assert_all_split(db, 6_000)
-    assert batches
+    assert totals["migrated"] == totals["scanned"] == 6_300
+    assert totals.get("failed", 0) == 0
+    assert_all_split(db, 6_300)
+    assert len(batches) >= 6_000 // 400
+
+
+def test_application_writes_meanwhile_are_never_lost_and_each_document_is_rewritten_once(
+    mongo_uri: str, db: Database[dict[str, Any]], tmp_path: Path
+) -> None:
+    total = 8_000
+    migrations = tmp_path / "migrations"
+    seed(db, total)
+    write_migration(migrations, batch_size=100, max_parallel=3, doc_seconds=0, mode="update")
+    register(mongo_uri, db.name, migrations)
+    app = AppWriter(mongo_uri, db.name, total)
+    # Passes of a pipeline migration are quick: the application stops inserting old
+    # shapes after a while, or it would outlast every pass.
+    quiet = threading.Timer(1.5, app.stop)
+    with make_kit(mongo_uri, db, migrations, lock_ttl_seconds=2) as kit:
+        app.start()
+        quiet.start()
+        try:
+            kit.run_background(SPLIT_NAME, concurrency=3)
+        finally:
+            quiet.join()
+            app.stop()
+    drive_remaining(mongo_uri, db.name, migrations)
+    assert app.acknowledged > 50
+    assert_nothing_lost(db, mongo_uri, migrations, app, total)
+    # The revision moved on by one for the rewrite, beside every application write.
+    for doc in db.users.find({"_id": {"$lt": total}}, {"rev": 1, "app_counter": 1}):
+        assert doc["rev"] == doc.get("app_counter", 0) + 1, doc["_id"]
+
+
+def test_pause_and_cancel_stop_within_a_batch_and_resume_and_retry_finish_exactly(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    seed_users(db, 4_000)
+    db.users.create_index([("_v", 1), ("_id", 1)])
+    write_background(migrations, update=True, batch_size=100, max_parallel=2)
+    kit.up()
+    seen: list[int] = []
+
+    def pause_after_three(event: str, payload: dict[str, Any]) -> None:
+        seen.append(payload["counters"]["migrated"])
+        if len(seen) == 3:
+            kit.pause_background(SPLIT_NAME, reason="peak hours")
+
+    stop = kit.on("background:batch", pause_after_three)
+    assert kit.run_background(SPLIT_NAME, concurrency=2)["status"] == "paused"
+    stop()
+    at_pause = db.users.count_documents({"_v": 2})
+    # Each lane finishes at most the batch it was writing (and the one read ahead).
+    assert 300 <= at_pause <= 300 + 2 * 2 * 100
+    assert at_pause == sum(seen)
+    assert kit.runtime.store.partitions.count_documents({"inflight": {"$exists": True}}) == 0
+
+    kit.resume_background(SPLIT_NAME)
+    seen.clear()
+
+    def cancel_after_two(event: str, payload: dict[str, Any]) -> None:
+        seen.append(payload["counters"]["migrated"])
+        if len(seen) == 2:
+            kit.cancel_background(SPLIT_NAME, reason="wrong time")
+
+    stop = kit.on("background:batch", cancel_after_two)
+    assert kit.run_background(SPLIT_NAME, concurrency=2)["status"] == "cancelled"
+    stop()
+    assert db.users.count_documents({"_v": 2}) == at_pause + sum(seen) < 4_000
+    kit.retry_background(SPLIT_NAME, reason="go again")
+    view = kit.run_background(SPLIT_NAME, concurrency=2)
+    assert view["status"] == "completed"
+    assert_all_split(db, 4_000)
+    assert view["totals"]["migrated"] == 4_000
+
+
+def test_revert_runs_revert_update_back_to_the_old_shape(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    seed_users(db, 1_500)
+    for doc_id in range(0, 1_500, 3):
+        db.users.update_one({"_id": doc_id}, {"$set": {"rev": 7}})
+    write_background(migrations, update=True, batch_size=200, extra='"revision_field": "rev",')
+    kit.up()
+    assert kit.run_background(SPLIT_NAME, concurrency=2)["status"] == "completed"
+    assert db.users.count_documents({"rev": 8}) == 500
+    assert db.users.count_documents({"rev": 1}) == 1_000
+    kit.down()
+    view = kit.run_background(SPLIT_NAME, concurrency=2)
+    assert (view["status"], view["direction"]) == ("completed", "revert")
+    assert view["totals"]["migrated"] == 1_500
+    assert db.users.count_documents({"_v": 1, "name": {"$exists": True}}) == 1_500
+    assert db.users.count_documents({"first": {"$exists": True}}) == 0
+    doc = db.users.find_one({"_id": 3})
+    assert doc is not None and doc["name"] == "First3 Last3" and doc["rev"] == 9
+
+
+def seed_codes(db: Database[dict[str, Any]], count: int, bad: set[int]) -> None:
+    db.users.insert_many(
+        [{"_id": i, "_v": 1, "code": SECRET if i in bad else str(i * 10)} for i in range(count)]
+    )
+
+
+def test_documents_the_server_refuses_are_isolated_counted_and_skipped_by_later_passes(
+    kit: Migronaut,
+    db: Database[dict[str, Any]],
+    migrations: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    bad = {7, 120, 121, 399}
+    seed_codes(db, 400, bad)
+    # A validator the server checks on the rewrite: no num of 3330 (document 333).
+    db.command("collMod", "users", validator={"num": {"$ne": 3_330}})
+    write_background(migrations, body=CONVERT.format(budget=5))
+    kit.up()
+    view = kit.run_background(SPLIT_NAME, concurrency=2)
+    assert view["status"] == "completed"
+    totals = view["totals"]
+    assert totals["migrated"] == 400 - 5
+    assert totals["failed"] == 5
+    assert view["failed_documents"] == 5
+    assert db.users.count_documents({"_v": 2}) == 395
+    refused = {7, 120, 121, 333, 399}
+    assert {doc["_id"] for doc in db.users.find({"_v": 1})} == refused
+    samples = view["failed_document_samples"]
+    assert {sample["id"] for sample in samples} == refused
+    assert {sample["reason"] for sample in samples} == {"update"}
+    codes = {sample["id"]: sample["error"] for sample in samples}
+    assert "121" in codes[333] and "241" in codes[7]
+    text = str(kit.background_status(SPLIT_NAME)) + caplog.text
+    assert SECRET not in text and "3330" not in text
+
+    # A reopened pass steps over them: nothing new fails, nothing is rewritten twice.
+    kit.retry_background(SPLIT_NAME, reason="again")
+    again = kit.run_background(SPLIT_NAME)
+    assert again["status"] == "completed"
+    assert again["failed_documents"] == 5
+    assert db.users.count_documents({"_v": 2}) == 395
+
+
+def test_more_refused_documents_than_the_budget_fail_the_migration_by_code(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    seed_codes(db, 200, {3, 50, 51})
+    write_background(migrations, body=CONVERT.format(budget=1))
+    kit.up()
+    with pytest.raises(BackgroundFailedError) as failed:
+        kit.run_background(SPLIT_NAME, concurrency=1)
+    assert "max_document_errors (1)" in failed.value.message
+    assert "code 241" in failed.value.message
+    view = kit.background_status(SPLIT_NAME)
+    assert view is not None and view["status"] == "failed"
+    assert SECRET not in str(view) and SECRET not in str(failed.value.context)
+    assert db.users.count_documents({"_v": 2}) >= 47  # the good ones of the first batch
+
+
+def test_a_completed_pipeline_migration_is_reopened_by_drift_verify(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    seed_users(db, 500)
+    write_background(migrations, update=True, batch_size=200)
+    kit.up()
+    assert kit.run_background(SPLIT_NAME)["status"] == "completed"
+    seed_users(db, 20, start=5_000)  # an old release still writing the old shape
+    found = kit.verify_background()
+    assert [d["action"] for d in found["drifted"]] == ["reopened"]
+    view = kit.run_background(SPLIT_NAME)
+    assert view["status"] == "completed"
+    assert view["totals"]["migrated"] == 520
+    assert_all_split(db, 520)

@@ -63,6 +63,32 @@ def migrate(doc, ctx):
     return {{**doc, "first": first, "last": last, "migrated_times": times}}
 """
 
+#: The same migration as an update pipeline: the server splits and counts.
+MIGRATION_UPDATE = """
+background = {{
+    "collection": "users",
+    "from": 1,
+    "to": 2,
+    "batch_size": {batch_size},
+    "max_parallel": {max_parallel},
+    "revision_field": "rev",
+    "max_passes": 50,
+    {extra}
+    "update": [
+        {{"$set": {{"_parts": {{"$split": ["$name", " "]}}}}}},
+        {{"$set": {{
+            "first": {{"$arrayElemAt": ["$_parts", 0]}},
+            "last": {{"$arrayElemAt": ["$_parts", 1]}},
+            "migrated_times": {{"$add": [{{"$ifNull": ["$migrated_times", 0]}}, 1]}},
+        }}}},
+        {{"$unset": ["name", "_parts"]}},
+    ],
+}}
+"""
+
+#: The modes the chaos scenarios run in: a Python transform and an update pipeline.
+MODES = ("python", "update")
+
 
 def write_migration(
     directory: Path,
@@ -71,10 +97,16 @@ def write_migration(
     max_parallel: int,
     doc_seconds: float,
     extra: str = "",
+    mode: str = "python",
 ) -> Path:
-    """Write the chaos migration file; ``doc_seconds`` is the transform's cost per document."""
+    """Write the chaos migration file; ``doc_seconds`` is the transform's cost per document.
+
+    ``mode="update"`` writes it as an update pipeline (:data:`MIGRATION_UPDATE`),
+    which has no per-document cost to set.
+    """
     directory.mkdir(parents=True, exist_ok=True)
-    source = MIGRATION.format(
+    template = MIGRATION_UPDATE if mode == "update" else MIGRATION
+    source = template.format(
         batch_size=batch_size, max_parallel=max_parallel, doc_seconds=doc_seconds, extra=extra
     )
     path = directory / f"{NAME}.py"
