@@ -20,6 +20,7 @@ from pymongo import MongoClient
 from migronaut_dev.mongod import LocalReplicaSet
 from tests.support.app_writer import AppWriter
 from tests.support.chaos import (
+    MODES,
     LaneFleet,
     assert_nothing_lost,
     drive_remaining,
@@ -36,8 +37,9 @@ DB_NAME = "chaos_failover"
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
 def test_lanes_ride_out_the_primary_being_killed(
-    replica_set_3: Callable[..., LocalReplicaSet], tmp_path: Path
+    replica_set_3: Callable[..., LocalReplicaSet], tmp_path: Path, mode: str
 ) -> None:
     replica_set = replica_set_3(election_timeout_ms=1500)
     uri = replica_set.uri
@@ -45,7 +47,7 @@ def test_lanes_ride_out_the_primary_being_killed(
     db = client[DB_NAME]
     migrations = tmp_path / "migrations"
     seed(db, TOTAL)
-    write_migration(migrations, batch_size=200, max_parallel=4, doc_seconds=0.0005)
+    write_migration(migrations, batch_size=200, max_parallel=4, doc_seconds=0.0005, mode=mode)
     register(uri, DB_NAME, migrations)
     fleet = LaneFleet(uri, DB_NAME, migrations, tmp_path, concurrency=2)
     app = AppWriter(uri, DB_NAME, TOTAL)

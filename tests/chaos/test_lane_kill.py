@@ -26,6 +26,7 @@ from pymongo.database import Database
 from tests.support.app_writer import AppWriter
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 from tests.support.chaos import (
+    MODES,
     Lane,
     LaneFleet,
     assert_nothing_lost,
@@ -191,13 +192,18 @@ def test_twenty_kills_over_one_migration_leave_each_document_migrated_once(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
 def test_a_lane_killed_between_its_writes_and_its_checkpoint_is_counted_exactly(
-    mongo_uri: str, db: Database[dict[str, Any]], tmp_path: Path
+    mongo_uri: str, db: Database[dict[str, Any]], tmp_path: Path, mode: str
 ) -> None:
+    """For an update pipeline: killed between its ``update_many`` and its checkpoint."""
     total = 2_000
     migrations = tmp_path / "migrations"
     seed_users(db, total)
-    write_background(migrations, body=SLOWISH.replace('"max_parallel": 4', '"max_parallel": 1'))
+    if mode == "update":
+        write_background(migrations, update=True, batch_size=100, max_parallel=1)
+    else:
+        write_background(migrations, body=SLOWISH.replace('"max_parallel": 4', '"max_parallel": 1'))
     with make_kit(mongo_uri, db, migrations, lock_ttl_seconds=TTL_SECONDS) as kit:
         kit.up()
     command = [

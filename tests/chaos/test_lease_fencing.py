@@ -28,6 +28,7 @@ from pymongo.database import Database
 
 from tests.support.app_writer import AppWriter
 from tests.support.chaos import (
+    MODES,
     TTL_SECONDS,
     Lane,
     LaneFleet,
@@ -67,8 +68,9 @@ def refused_after(lane: Lane, token: str, since: float) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
 def test_a_frozen_lane_past_its_ttl_cannot_checkpoint_after_a_takeover(
-    mongo_uri: str, db: Database[dict[str, Any]], tmp_path: Path
+    mongo_uri: str, db: Database[dict[str, Any]], tmp_path: Path, mode: str
 ) -> None:
     migrations = tmp_path / "migrations"
     seed(db, TOTAL)
@@ -78,6 +80,7 @@ def test_a_frozen_lane_past_its_ttl_cannot_checkpoint_after_a_takeover(
         max_parallel=2,
         doc_seconds=0.0015,
         extra='"partitions": {"max_partitions": 1},',
+        mode=mode,
     )
     register(mongo_uri, db.name, migrations)
     fleet = LaneFleet(mongo_uri, db.name, migrations, tmp_path)

@@ -25,6 +25,7 @@ from migronaut_core.errors import ServerUnavailableError
 from migronaut_dev.mongod import LocalReplicaSet, find_mongod, start_replica_set
 from tests.support.app_writer import AppWriter
 from tests.support.chaos import (
+    MODES,
     LaneFleet,
     assert_nothing_lost,
     drive_remaining,
@@ -55,8 +56,9 @@ def dedicated_server() -> Iterator[LocalReplicaSet]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
 def test_lanes_survive_their_mongod_being_restarted(
-    dedicated_server: LocalReplicaSet, tmp_path: Path
+    dedicated_server: LocalReplicaSet, tmp_path: Path, mode: str
 ) -> None:
     server = dedicated_server
     uri = server.uri
@@ -64,7 +66,7 @@ def test_lanes_survive_their_mongod_being_restarted(
     db = client[DB_NAME]
     migrations = tmp_path / "migrations"
     seed(db, TOTAL)
-    write_migration(migrations, batch_size=200, max_parallel=4, doc_seconds=0.0005)
+    write_migration(migrations, batch_size=200, max_parallel=4, doc_seconds=0.0005, mode=mode)
     register(uri, DB_NAME, migrations)
     fleet = LaneFleet(uri, DB_NAME, migrations, tmp_path, concurrency=2)
     app = AppWriter(uri, DB_NAME, TOTAL)

@@ -102,10 +102,15 @@ def write_migration(
     """Write the chaos migration file; ``doc_seconds`` is the transform's cost per document.
 
     ``mode="update"`` writes it as an update pipeline (:data:`MIGRATION_UPDATE`),
-    which has no per-document cost to set.
+    kept at the same pace by a throttle pause of ``doc_seconds`` per document of
+    a batch, so a fault still lands while the lanes work.
     """
     directory.mkdir(parents=True, exist_ok=True)
-    template = MIGRATION_UPDATE if mode == "update" else MIGRATION
+    template = MIGRATION
+    if mode == "update":
+        template = MIGRATION_UPDATE
+        pause_ms = round(doc_seconds * batch_size * 1000)
+        extra = f'"throttle": {{"pause_ms": {pause_ms}}},\n    {extra}'
     source = template.format(
         batch_size=batch_size, max_parallel=max_parallel, doc_seconds=doc_seconds, extra=extra
     )
