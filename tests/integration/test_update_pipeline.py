@@ -254,3 +254,30 @@ def test_a_completed_pipeline_migration_is_reopened_by_drift_verify(
     assert view["status"] == "completed"
     assert view["totals"]["migrated"] == 520
     assert_all_split(db, 520)
+
+
+@pytest.mark.parametrize(
+    "stage",
+    [
+        {"$replaceWith": {"_id": "$_id", "full": "$name"}},
+        {"$replaceRoot": {"newRoot": {"full": "$name"}}},
+        {"$project": {"full": "$name"}},
+    ],
+)
+def test_a_stage_that_replaces_the_document_still_gets_the_stamps_and_the_next_revision(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path, stage: dict[str, Any]
+) -> None:
+    seed_users(db, 300)
+    db.users.update_many({"_id": {"$lt": 100}}, {"$set": {"rev": 41}})
+    body = f"""
+background = {{
+    "collection": "users", "from": 1, "to": 2, "revision_field": "rev", "update": [{stage!r}],
+}}
+"""
+    write_background(migrations, body=body)
+    kit.up()
+    assert kit.run_background(SPLIT_NAME)["totals"]["migrated"] == 300
+    assert db.users.count_documents({"_v": 2, "full": {"$exists": True}}) == 300
+    assert db.users.count_documents({"name": {"$exists": True}}) == 0
+    assert db.users.count_documents({"_id": {"$lt": 100}, "rev": 42}) == 100
+    assert db.users.count_documents({"_id": {"$gte": 100}, "rev": 1}) == 200

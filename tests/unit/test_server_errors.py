@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from pymongo.errors import BulkWriteError
 
-from migronaut_core.server_errors import document_write_errors
+from migronaut_core.server_errors import document_write_errors, pipeline_write_errors
 
 
 def bulk_error(**details: object) -> BulkWriteError:
@@ -34,3 +35,19 @@ def test_any_other_write_error_fails_the_batch() -> None:
         ]
     )
     assert document_write_errors(error) is None
+
+
+def test_an_update_pipeline_fails_a_document_on_its_expression_errors_too() -> None:
+    conversion = {"index": 2, "code": 241, "errmsg": "Failed to parse number"}
+    invalid = {"index": 0, "code": 121, "errmsg": "failed validation"}
+    failed = pipeline_write_errors(bulk_error(writeErrors=[conversion, invalid]))
+    assert failed == {2: conversion, 0: invalid}
+    assert document_write_errors(bulk_error(writeErrors=[conversion])) is None
+
+
+@pytest.mark.parametrize("code", [50, 112, 10107, 11602, 189, 91, 13])
+def test_an_update_pipeline_batch_fault_is_not_a_document_error(code: int) -> None:
+    error = bulk_error(writeErrors=[{"index": 0, "code": code, "errmsg": "x"}])
+    assert pipeline_write_errors(error) is None
+    concern = bulk_error(writeConcernErrors=[{"code": 64, "errmsg": "waiting for replication"}])
+    assert pipeline_write_errors(concern) is None
