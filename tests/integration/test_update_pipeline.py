@@ -20,7 +20,13 @@ from pymongo.database import Database
 
 from migronaut_core import BackgroundFailedError, Migronaut
 from tests.support.app_writer import AppWriter
-from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
+from tests.support.background import (
+    SPLIT_NAME,
+    make_kit,
+    seed_users,
+    wait_until,
+    write_background,
+)
 from tests.support.chaos import (
     assert_nothing_lost,
     drive_remaining,
@@ -28,6 +34,7 @@ from tests.support.chaos import (
     seed,
     write_migration,
 )
+from tests.support.watching import old_shape
 
 CONVERT = """
 background = {{
@@ -281,3 +288,37 @@ background = {{
     assert db.users.count_documents({"name": {"$exists": True}}) == 0
     assert db.users.count_documents({"_id": {"$lt": 100}, "rev": 42}) == 100
     assert db.users.count_documents({"_id": {"$gte": 100}, "rev": 1}) == 200
+
+
+def test_the_drift_watcher_upgrades_old_shapes_with_the_pipeline(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    seed_users(db, 50)
+    db.users.create_index([("_v", 1), ("_id", 1)])
+    write_background(migrations, update=True, batch_size=100)
+    kit.up()
+    assert kit.run_background(SPLIT_NAME)["status"] == "completed"
+    watcher = kit.watch_background(refresh_seconds=1.0)
+    try:
+        wait_until(
+            lambda: [row["state"] for row in watcher.status()] == ["streaming"],
+            what="the stream",
+        )
+        db.users.insert_many([old_shape(1_000 + i) for i in range(20)])
+        db.users.replace_one({"_id": 0}, old_shape(0))
+        wait_until(lambda: db.users.count_documents({"_v": 1}) == 0, what="the upgrades")
+        assert db.users.find_one({"_id": 1_005}) == {
+            "_id": 1_005,
+            "_v": 2,
+            "first": "Oldname1005",
+            "last": "Oldsurname1005",
+        }
+        row = wait_until(
+            lambda: (r := kit.background_watch_status("users"))["counters"]["upgraded"] >= 21 and r,
+            what="the saved counters",
+        )
+        assert row["edges"] == [SPLIT_NAME]
+        assert row["counters"]["errors"] == 0
+    finally:
+        watcher.stop()
+    assert kit.background_status(SPLIT_NAME)["status"] == "completed"
