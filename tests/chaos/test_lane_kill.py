@@ -43,8 +43,6 @@ from tests.support.chaos import (
 TOTAL = 50_000
 LANES = 4
 KILLS = 20
-#: Attempts at a mid-batch kill before the test gives up on reaching KILLS.
-MAX_ATTEMPTS = 40
 #: Seconds a lane sleeps between a batch's writes and its checkpoint.
 CHECKPOINT_PAUSE = 0.06
 
@@ -136,29 +134,35 @@ def _judge(db: Database[dict[str, Any]], lane: Lane, seen: dict[str, Any]) -> Ki
 
 
 @pytest.mark.slow
-def test_twenty_kills_over_one_migration_leave_each_document_migrated_once(
-    mongo_uri: str, db: Database[dict[str, Any]], tmp_path: Path
+@pytest.mark.parametrize(
+    ("mode", "total", "kills"),
+    # An update pipeline, paced like the transform, over fewer documents and kills:
+    # its batches are the same ranges, noted and settled the same way.
+    [("python", TOTAL, KILLS), ("update", 20_000, 8)],
+)
+def test_repeated_kills_over_one_migration_leave_each_document_migrated_once(
+    mongo_uri: str, db: Database[dict[str, Any]], tmp_path: Path, mode: str, total: int, kills: int
 ) -> None:
     migrations = tmp_path / "migrations"
-    seed(db, TOTAL)
-    write_migration(migrations, batch_size=200, max_parallel=6, doc_seconds=0.0015)
+    seed(db, total)
+    write_migration(migrations, batch_size=200, max_parallel=6, doc_seconds=0.0015, mode=mode)
     register(mongo_uri, db.name, migrations)
     fleet = LaneFleet(mongo_uri, db.name, migrations, tmp_path, checkpoint_pause=CHECKPOINT_PAUSE)
-    app = AppWriter(mongo_uri, db.name, TOTAL)
+    app = AppWriter(mongo_uri, db.name, total)
     rng = random.Random(11)
-    kills: list[Kill] = []
+    killed: list[Kill] = []
     try:
         for _ in range(LANES):
             fleet.spawn()
         app.start()
         chaos_started = time.monotonic()
-        for attempt in range(MAX_ATTEMPTS):
-            if sum(kill.mid_batch for kill in kills) >= KILLS:
+        for attempt in range(2 * kills):
+            if sum(kill.mid_batch for kill in killed) >= kills:
                 break
             kill = kill_mid_batch(db, fleet, after_writes=attempt % 2 == 0, rng=rng)
             if kill is None:
                 break  # the work ran out
-            kills.append(kill)
+            killed.append(kill)
             fleet.spawn()
         chaos_ended = time.monotonic()
         app.stop()
@@ -167,10 +171,10 @@ def test_twenty_kills_over_one_migration_leave_each_document_migrated_once(
         app.stop()
         fleet.close()
     reopened = drive_remaining(mongo_uri, db.name, migrations)
-    mid_batch = [kill for kill in kills if kill.mid_batch]
+    mid_batch = [kill for kill in killed if kill.mid_batch]
     torn = [kill for kill in mid_batch if kill.rewritten > 0]
-    assert len(mid_batch) >= KILLS, (len(kills), len(mid_batch), fleet.outputs())
-    assert len(torn) >= KILLS // 4, [kill.rewritten for kill in mid_batch]
+    assert len(mid_batch) >= kills, (len(killed), len(mid_batch), fleet.outputs())
+    assert len(torn) >= kills // 4, [kill.rewritten for kill in mid_batch]
     survivors = [code for code in codes.values() if code != -signal.SIGKILL]
     assert survivors and all(code == 0 for code in survivors), fleet.outputs()
     # Each torn batch was counted by whoever next held its partition, from the intent note.
@@ -182,9 +186,9 @@ def test_twenty_kills_over_one_migration_leave_each_document_migrated_once(
     left_behind = {(kill.partition, kill.batch): kill.rewritten for kill in mid_batch}
     assert settled == sum(left_behind.values())
     assert app.acknowledged_between(chaos_started, chaos_ended) > 200
-    view = assert_nothing_lost(db, mongo_uri, migrations, app, TOTAL)
+    view = assert_nothing_lost(db, mongo_uri, migrations, app, total)
     print(
-        f"kills={len(kills)} mid_batch={len(mid_batch)} torn={len(torn)} settled={settled} "
+        f"kills={len(killed)} mid_batch={len(mid_batch)} torn={len(torn)} settled={settled} "
         f"over {chaos_ended - chaos_started:.0f}s "
         f"app_writes={app.acknowledged} inserted={len(app.inserted)} passes={view['pass']} "
         f"reopened={reopened} totals={view['totals']}"
