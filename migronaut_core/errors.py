@@ -230,8 +230,9 @@ class BackgroundFailedError(BackgroundError):
 class DocError:
     """A document that could not be rewritten: its ``_id``, a value-free text, and why.
 
-    ``reason`` is ``transform``, ``shape``, ``write`` or ``transaction`` (or a
-    partitioner's refusal). The ``_id`` is kept on the state so later passes
+    ``reason`` is ``transform``, ``shape``, ``write``, ``transaction``, ``update``
+    (the server refused an update pipeline's result for it) or a partitioner's
+    refusal. The ``_id`` is kept on the state so later passes
     exclude the document; logs and events only count these.
     """
 

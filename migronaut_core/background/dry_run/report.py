@@ -30,7 +30,9 @@ class DocumentPreview:
     :param reason: with ``error``: ``transform`` (it raised or returned no
         document), ``shape`` (what it returned cannot be written), and with
         ``validate`` also ``write`` (the server refused the update: a duplicate
-        key, a validator), ``conflict`` (the document changed meanwhile) or
+        key, a validator), ``update`` (an update pipeline failed on the
+        document: an expression error, and with ``validate`` a validator or a
+        duplicate key), ``conflict`` (the document changed meanwhile) or
         ``unvalidated`` (too many others failed to write first).
     """
 
