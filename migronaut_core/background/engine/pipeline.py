@@ -45,6 +45,12 @@ from migronaut_core.scrub import write_error_text
 from migronaut_core.server_errors import pipeline_write_errors
 from migronaut_core.versioning import stamped_pipeline, version_filter
 
+#: The index every update-pipeline write goes through. Left to itself the planner
+#: races the version index (whose key the update rewrites) against ``_id`` on each
+#: batch, and a batch of 2,000 then took 450-560 ms instead of 60-85 ms (measured on
+#: one ``mongod``): the ``_id`` index finds exactly the batch's documents.
+_BY_ID: Final = [("_id", 1)]
+
 #: The projection of an update-pipeline batch's read: ``_id`` alone, covered by
 #: the version index.
 ID_ONLY: Final[Mapping[str, Any]] = {"_id": 1}
@@ -90,7 +96,8 @@ def write_pipeline(
     stages = pipeline_of(job)
     try:
         result = target.bulk_write(
-            [UpdateMany(_matching(job, {"$in": list(ids)}), stages)], session=session
+            [UpdateMany(_matching(job, {"$in": list(ids)}), stages, hint=_BY_ID)],
+            session=session,
         )
         return result.modified_count, {}
     except BulkWriteError as exc:
@@ -100,7 +107,7 @@ def write_pipeline(
         {"_id": {"$in": list(ids)}, **version_filter(job.spec.field, job.target)},
         session=session,
     )
-    ops = [UpdateOne(_matching(job, one), stages) for one in ids]
+    ops = [UpdateOne(_matching(job, one), stages, hint=_BY_ID) for one in ids]
     try:
         result = target.bulk_write(ops, ordered=False, session=session)
         return done + result.modified_count, {}
@@ -128,7 +135,7 @@ def first_refusal(
     if not ids:
         return None
     stages = pipeline_of(job)
-    ops = [UpdateOne(_matching(job, one), stages) for one in ids]
+    ops = [UpdateOne(_matching(job, one), stages, hint=_BY_ID) for one in ids]
     try:
         collection.bulk_write(ops, ordered=True, session=session)
     except BulkWriteError as exc:
