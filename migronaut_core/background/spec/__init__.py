@@ -3,7 +3,9 @@
 - :mod:`.model`: :class:`BackgroundSpec` and its settings, :class:`BackgroundFunctions`;
 - :mod:`.validation`: :func:`resolve_spec` (a migration file to a spec) and
   :func:`check_slice_ms`, every mistake a ``ConfigInvalidError`` naming the key;
-- :mod:`.match`: :func:`match_of`, :func:`exclude_bad_ids`, :func:`match_hash`.
+- :mod:`.match`: :func:`match_of`, :func:`exclude_bad_ids`, :func:`match_hash`;
+- :mod:`.stages`: the stages an update-pipeline migration may use, and may not
+  write the stamps with.
 
 Every public name is re-exported here. The status names and the state machine
 live in :mod:`migronaut_core.background.states`.

@@ -26,7 +26,6 @@ from bson.codec_options import CodecOptions
 from bson.errors import BSONError
 
 from migronaut_core.background.spec.model import (
-    UPDATE_STAGES,
     AdaptiveSettings,
     BackgroundFunctions,
     BackgroundSpec,
@@ -36,6 +35,7 @@ from migronaut_core.background.spec.model import (
     TransactionSettings,
     Transform,
 )
+from migronaut_core.background.spec.stages import StageError, checked_stages, stamp_problem
 from migronaut_core.errors import ConfigInvalidError
 
 _MAX_INT64: Final = 2**63 - 1
@@ -200,28 +200,12 @@ def _w(value: Any) -> int | str:
 
 
 def _stages(value: Any) -> list[dict[str, Any]]:
-    """Check an update pipeline: one known operator per stage, BSON-encodable."""
-    if not isinstance(value, list | tuple) or not value:
-        raise _InvalidError(f"must be a non-empty list of pipeline stages{_got(value, list)}")
-    stages: list[dict[str, Any]] = []
-    allowed = ", ".join(sorted(UPDATE_STAGES))
-    for index, stage in enumerate(value):
-        where = f"stage {index}"
-        if not isinstance(stage, Mapping) or len(stage) != 1:
-            raise _InvalidError(f"{where} must be a mapping with exactly one stage operator")
-        (operator,) = stage
-        if operator not in UPDATE_STAGES:
-            shown = str(operator)[:40]
-            raise _InvalidError(
-                f"{where} ({shown}) is not an update-pipeline stage; use one of {allowed}"
-            )
-        try:
-            stages.append(bson.decode(bson.encode(dict(stage), codec_options=_FILTER_CODEC)))
-        except (BSONError, TypeError, ValueError, OverflowError):
-            raise _InvalidError(
-                f"{where} ({operator}) must be a document MongoDB can encode"
-            ) from None
-    return stages
+    try:
+        return checked_stages(value, _FILTER_CODEC)
+    except StageError as error:
+        raise _InvalidError(
+            f"{error}{_got(value, list) if 'non-empty' in str(error) else ''}"
+        ) from None
 
 
 def _suggestion(key: str, known: Sequence[str]) -> str:
@@ -406,27 +390,9 @@ def _mode_of(values: Mapping[str, Any]) -> Mode:
 
 
 def _stamps_untouched(stages: list[dict[str, Any]], field: str, revision_field: str | None) -> None:
-    """Refuse a stage that writes the version or revision field: the engine stamps them."""
-    names = [name for name in (field, revision_field) if name is not None]
-    for index, stage in enumerate(stages):
-        ((operator, body),) = stage.items()
-        for name in names:
-            if name in _paths_written(operator, body):
-                raise _InvalidError(
-                    f"stage {index} ({operator}) must not set or unset {name!r}: "
-                    "the engine stamps it"
-                )
-
-
-def _paths_written(operator: str, body: Any) -> set[str]:
-    """The top-level field names a ``$set``/``$addFields``/``$unset``/``$project`` names."""
-    if operator == "$unset":
-        paths = [body] if isinstance(body, str) else list(body) if isinstance(body, list) else []
-    elif operator in ("$set", "$addFields", "$project") and isinstance(body, Mapping):
-        paths = list(body)
-    else:
-        return set()
-    return {path.split(".", 1)[0] for path in paths if isinstance(path, str)}
+    problem = stamp_problem(stages, [name for name in (field, revision_field) if name is not None])
+    if problem is not None:
+        raise _InvalidError(problem)
 
 
 def _pinned(key: str, given: Any, declared: Mapping[str, str | None], fallback: Any) -> Any:
