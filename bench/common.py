@@ -281,11 +281,18 @@ def split_name(name: str) -> tuple[str, str]:
 # -- the engine ----------------------------------------------------------------------------
 
 
-def migrations_dir(batch_size: int = BATCH_SIZE) -> Path:
-    """A temporary directory holding the benchmark's background migration file."""
+def migrations_dir(
+    batch_size: int = BATCH_SIZE, *, name: str = MIGRATION_NAME, source: str | None = None
+) -> Path:
+    """A temporary directory holding one background migration file.
+
+    :param name: the file's migration id (the benchmark's Python transform by default).
+    :param source: the file's text; by default :data:`MIGRATION_SOURCE` with ``batch_size``.
+    """
     directory = Path(tempfile.mkdtemp(prefix="migronaut-bench-migrations-"))
     atexit.register(shutil.rmtree, directory, ignore_errors=True)
-    (directory / f"{MIGRATION_NAME}.py").write_text(MIGRATION_SOURCE.format(batch_size=batch_size))
+    text = MIGRATION_SOURCE.format(batch_size=batch_size) if source is None else source
+    (directory / f"{name}.py").write_text(text)
     return directory
 
 
@@ -293,10 +300,10 @@ def kit(uri: str, database: str, directory: Path) -> Migronaut:
     return Migronaut(uri=uri, database=database, migrations_dir=str(directory))
 
 
-def drive(k: Migronaut, concurrency: int) -> float:
+def drive(k: Migronaut, concurrency: int, name: str = MIGRATION_NAME) -> float:
     """Drive the registered migration to the end with ``concurrency`` lanes; seconds taken."""
     started = time.perf_counter()
-    status = k.run_background(MIGRATION_NAME, concurrency=concurrency)
+    status = k.run_background(name, concurrency=concurrency)
     seconds = time.perf_counter() - started
     if status.get("status") != "completed":
         raise RuntimeError(f"the migration ended {status.get('status')!r}, not completed")

@@ -38,15 +38,18 @@ def drop_migronaut(db: Database[dict[str, Any]]) -> None:
             db.drop_collection(name)
 
 
-def plan_once(uri: str, db: Database[dict[str, Any]], directory: Any) -> dict[str, Any]:
+def plan_once(
+    uri: str, db: Database[dict[str, Any]], directory: Any, name: str = common.MIGRATION_NAME
+) -> dict[str, Any]:
+    """Register ``name`` afresh (migronaut's collections dropped) and time its first plan."""
     drop_migronaut(db)
     with common.kit(uri, db.name, directory) as k:
         k.up()
         started = time.perf_counter()
-        answer = k.coordinate_background(common.MIGRATION_NAME)
+        answer = k.coordinate_background(name)
         seconds = time.perf_counter() - started
-        partitions = k.background_partitions(common.MIGRATION_NAME)
-        plan = (k.runtime.store.get(common.MIGRATION_NAME) or {}).get("plan") or {}
+        partitions = k.background_partitions(name)
+        plan = (k.runtime.store.get(name) or {}).get("plan") or {}
     if answer.next != "process":
         raise RuntimeError(f"the first coordinator step answered {answer.next!r}, not process")
     return {
