@@ -234,17 +234,33 @@ def new_name(slug: str, now: datetime | None = None) -> str:
     return validate_name(f"{moment.in_timezone('UTC').format('YYYYMMDDHHmmss')}_{slug}")
 
 
-def render_template(name: str, *, background: bool = False, collection: str = "items") -> str:
-    """Return the source of a new migration file."""
-    template = _BACKGROUND_TEMPLATE if background else _REGULAR_TEMPLATE
+def render_template(
+    name: str, *, background: bool = False, update: bool = False, collection: str = "items"
+) -> str:
+    """Return the source of a new migration file.
+
+    :param background: a background migration with ``migrate``/``revert`` functions.
+    :param update: a background migration written as an update pipeline (implies
+        ``background``); it loads and runs as it is.
+    """
+    if update:
+        template = _UPDATE_TEMPLATE
+    else:
+        template = _BACKGROUND_TEMPLATE if background else _REGULAR_TEMPLATE
     return template.format(name=name, collection=collection)
 
 
 def write_new(
-    directory: Path, title: str, *, background: bool = False, now: datetime | None = None
+    directory: Path,
+    title: str,
+    *,
+    background: bool = False,
+    update: bool = False,
+    now: datetime | None = None,
 ) -> Path:
     """Create a migration file from its template and return its path.
 
+    :param update: an update-pipeline background migration (implies ``background``).
     :raises ConfigInvalidError: the file exists already (never overwritten).
     """
     name = new_name(slugify(title), now)
@@ -252,7 +268,7 @@ def write_new(
     path = directory / f"{name}.py"
     try:
         with path.open("x", encoding="utf-8") as handle:
-            handle.write(render_template(name, background=background))
+            handle.write(render_template(name, background=background, update=update))
     except FileExistsError as exc:
         raise ConfigInvalidError(
             f"migration file {path.name} exists already", {"key": "name", "name": name}
@@ -302,4 +318,36 @@ def migrate(doc, ctx):
 def revert(doc, ctx):
     """Return the document in its old shape. Delete this function if irreversible."""
     return doc
+'''
+
+_UPDATE_TEMPLATE = '''"""{name}: a background migration written as an update pipeline.
+
+Registered by ``migronaut up``; its documents are rewritten later, in partitions,
+by parallel lanes while the application keeps writing. Each batch is one
+server-side ``update_many`` over a range of ``_id``s: no document crosses the
+wire, and the server applies each document's update to its current state.
+"""
+
+description = ""
+requires = []
+
+background = {{
+    "collection": "{collection}",
+    "field": "_v",
+    "from": 1,
+    "to": 2,
+    "max_parallel": 4,
+    # Update-pipeline stages only: $set/$addFields, $unset, $replaceWith/$replaceRoot,
+    # $project. The engine appends the version stamp (and, with revision_field, the
+    # revision increment): no stage may write "_v".
+    "update": [
+        {{"$set": {{"full_name": "$name"}}}},
+        {{"$unset": "name"}},
+    ],
+    # The way back; delete it if the change cannot be undone.
+    "revert_update": [
+        {{"$set": {{"name": "$full_name"}}}},
+        {{"$unset": "full_name"}},
+    ],
+}}
 '''

@@ -115,6 +115,12 @@ def _add_runner_commands(commands: Any) -> None:
     create = commands.add_parser("create", help="create a migration file from a template")
     create.add_argument("title", help='e.g. "split user names"')
     create.add_argument("--background", action="store_true", help="a background migration")
+    create.add_argument(
+        "--update",
+        action="store_true",
+        help="a background migration written as a server-side update pipeline (implies "
+        "--background)",
+    )
     create.add_argument("--json", action="store_true", help="print JSON")
     create.set_defaults(handler=runner.create)
 

@@ -101,7 +101,7 @@ def converge(kit: Migronaut, args: argparse.Namespace) -> int:
 
 def create(kit: Migronaut, args: argparse.Namespace) -> int:
     """Create a migration file from a template."""
-    path = kit.create(args.title, background=args.background)
+    path = kit.create(args.title, background=args.background, update=args.update)
     emit({"path": str(path), "name": path.stem} if args.json else f"created {path}")
     return 0
 

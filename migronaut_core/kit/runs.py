@@ -115,9 +115,15 @@ class RunnerOperations(KitBase):
         self._checked_first()
         return adopt(self.runner, to=to, options=opts)
 
-    def create(self, title: str, *, background: bool = False) -> Path:
-        """Create a migration file from a template; needs no database."""
-        return files.write_new(self.config.migrations_dir, title, background=background)
+    def create(self, title: str, *, background: bool = False, update: bool = False) -> Path:
+        """Create a migration file from a template; needs no database.
+
+        ``update``: a background migration written as an update pipeline (implies
+        ``background``).
+        """
+        return files.write_new(
+            self.config.migrations_dir, title, background=background, update=update
+        )
 
     def inspect_lock(self) -> LockInfo | None:
         """Return who holds the run lock, if anyone ever took it."""
