@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from migronaut_core import files
+from migronaut_core.background.spec import resolve_spec
 from migronaut_core.errors import (
     ConfigInvalidError,
     MigrationFileNotFoundError,
@@ -145,3 +146,15 @@ def test_bad_titles_are_refused(tmp_path: Path, title: str) -> None:
     with pytest.raises(MigrationInvalidNameError):
         files.write_new(tmp_path, title)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_update_template_resolves_to_a_reversible_update_pipeline(tmp_path: Path) -> None:
+    path = files.write_new(tmp_path, "rename name", update=True)
+    loaded = files.load(files.MigrationFile(path.stem, path))
+    assert loaded.kind == "background"
+    spec, functions = resolve_spec(path.stem, loaded.module)
+    assert spec.mode == "update"
+    assert spec.reversible
+    assert [next(iter(stage)) for stage in spec.update or []] == ["$set", "$unset"]
+    assert [next(iter(stage)) for stage in spec.revert_update or []] == ["$set", "$unset"]
+    assert functions.migrate is None and functions.migrate_batch is None
