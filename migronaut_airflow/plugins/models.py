@@ -74,7 +74,12 @@ class MigrationSummary(BaseModel):
     status: str
     phase: str | None = None
     direction: str
-    mode: str | None = None
+    mode: str | None = Field(None, description="the spec's mode: declarative, step or update")
+    runs_as: str | None = Field(
+        None,
+        description="how it rewrites: python (migrate/migrate_batch), step (step(ctx)) or "
+        "update (a server-side update pipeline)",
+    )
     collection: str | None = None
     description: str | None = None
     pass_number: int = Field(alias="pass", description="the pass being run (1 for the first)")

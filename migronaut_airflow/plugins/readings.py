@@ -109,6 +109,7 @@ def _summary_fields(view: BackgroundStatusView, sampler: ThroughputSampler) -> d
         "phase": view.phase,
         "direction": view.direction,
         "mode": view.mode,
+        "runs_as": view.runs_as,
         "collection": view.collection,
         "description": view.description,
         "pass": view.pass_number,

@@ -138,7 +138,12 @@ class RunnerHooks:
         if _registered_as(state, loaded.checksum, "forward"):
             assert state is not None
             waits = list(state.get("waits_for") or [])
-            return {"status": state["status"], "direction": "forward", "waits_for": waits}
+            return {
+                "status": state["status"],
+                "direction": "forward",
+                "mode": loaded.spec.mode,
+                "waits_for": waits,
+            }
         waits = waiting_for(self.runtime, loaded.requires)
         status = "blocked" if waits else "pending"
         self.runtime.store.register(
@@ -147,7 +152,12 @@ class RunnerHooks:
             by=None,
             session=ctx.session,
         )
-        return {"status": status, "direction": "forward", "waits_for": waits}
+        return {
+            "status": status,
+            "direction": "forward",
+            "mode": loaded.spec.mode,
+            "waits_for": waits,
+        }
 
     def revert(self, migration: LoadedMigration, ctx: MigrationContext) -> dict[str, Any]:
         """``down``: register the way back, or withdraw one that has rewritten nothing.
@@ -160,14 +170,19 @@ class RunnerHooks:
         if spec.reversible:
             if _registered_as(state, loaded.checksum, "revert"):
                 assert state is not None
-                return {"status": state["status"], "direction": "revert", "waits_for": []}
+                return {
+                    "status": state["status"],
+                    "direction": "revert",
+                    "mode": spec.mode,
+                    "waits_for": [],
+                }
             store.register(
                 migration.name,
                 _registration(loaded, spec, status="pending", direction="revert", waits_for=[]),
                 action="revert",
                 session=ctx.session,
             )
-            return {"status": "pending", "direction": "revert", "waits_for": []}
+            return {"status": "pending", "direction": "revert", "mode": spec.mode, "waits_for": []}
         if self._rewritten(migration.name, state):
             raise _irreversible(migration.name)
         store.delete(migration.name, session=ctx.session)
@@ -177,7 +192,8 @@ class RunnerHooks:
         self, migration: LoadedMigration, direction: Direction, details: dict[str, Any]
     ) -> None:
         """``background:registered``, once the changelog holds the ``up`` or ``down``:
-        a registration, a registered revert or a withdrawal, with ``waits_for``."""
+        a registration or a registered revert (with the spec's ``mode``), or a
+        withdrawal, with ``waits_for``."""
         self.runtime.emit("background:registered", {"migration": migration.name, **details})
 
     def stopped_for(self, migration: LoadedMigration, waiting: list[dict[str, Any]]) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import pendulum
 
@@ -33,6 +33,15 @@ VIEW_FAILED_DOCUMENTS = 20
 Document = Mapping[str, Any]
 #: What a progress counts: documents against the plan, or what a step migration reports.
 ProgressSource = Literal["plan", "step"]
+#: How a migration rewrites, as status and the UI name it: ``python`` (``migrate`` /
+#: ``migrate_batch`` in the lanes; the spec's ``declarative`` mode), ``step``
+#: (``step(ctx)`` with checkpoints), ``update`` (a server-side update pipeline).
+RunsAs = Literal["python", "step", "update"]
+_RUNS_AS: Final[Mapping[str, RunsAs]] = {
+    "declarative": "python",
+    "step": "step",
+    "update": "update",
+}
 
 
 def _time(value: Any) -> datetime | None:
@@ -160,11 +169,13 @@ class BackgroundStatusView:
     of the current pass still on its partitions (0 once it is rolled up); every
     reader shows this one total. ``average_docs_per_second``: this pass's
     documents over the time since ``pass_started_at`` (to its completion), the
-    rate ``eta_seconds`` is told by. ``pass_started_at``: when this pass's first
-    plan was committed (a replan keeps it); ``started_at`` for a state planned
-    before it was recorded. ``document_errors``
-    lists why, oldest first, in the same order. ``plan`` is the current plan
-    without its token (empty before the first plan).
+    rate ``eta_seconds`` is told by. ``mode`` is the spec's mode as registered
+    (``declarative``, ``step`` or ``update``); ``runs_as`` names it as readers see
+    it (:data:`RunsAs`; None only for a state without a mode). ``pass_started_at``:
+    when this pass's first plan was committed (a replan keeps it); ``started_at``
+    for a state planned before it was recorded. ``document_errors`` lists why,
+    oldest first, in the same order. ``plan`` is the current plan without its
+    token (empty before the first plan).
     """
 
     name: str
@@ -172,6 +183,7 @@ class BackgroundStatusView:
     phase: str | None
     direction: str
     mode: str | None
+    runs_as: RunsAs | None
     collection: str | None
     description: str | None
     pass_number: int
@@ -212,6 +224,7 @@ class BackgroundStatusView:
             "phase": self.phase,
             "direction": self.direction,
             "mode": self.mode,
+            "runs_as": self.runs_as,
             "collection": self.collection,
             "description": self.description,
             "pass": self.pass_number,
@@ -286,12 +299,14 @@ def status_view(store: BackgroundStore, state: Document) -> BackgroundStatusView
     unrolled = _unrolled(state)
     pass_failed = sum(len(p.get("bad_ids") or []) for p in partitions) if unrolled else 0
     rate = average_rate(state, shown.done)
+    mode = state.get("mode") or spec.get("mode")
     return BackgroundStatusView(
         name=name,
         status=state.get("status"),
         phase=state.get("phase"),
         direction=state.get("direction", "forward"),
-        mode=state.get("mode"),
+        mode=mode,
+        runs_as=runs_as(mode),
         collection=spec.get("collection"),
         description=state.get("description"),
         pass_number=state.get("pass", 0),
@@ -333,6 +348,11 @@ def status_view(store: BackgroundStore, state: Document) -> BackgroundStatusView
             else errors
         ),
     )
+
+
+def runs_as(mode: Any) -> RunsAs | None:
+    """How a migration of the spec's ``mode`` rewrites (see :data:`RunsAs`); None if unknown."""
+    return _RUNS_AS.get(mode) if isinstance(mode, str) else None
 
 
 def partition_of(partition: Document) -> PartitionView:

@@ -29,20 +29,25 @@ def print_error(exc: MigronautError, *, as_json: bool) -> None:
 
 
 def print_views(views: list[dict[str, Any]]) -> None:
-    """Print background status views as a table, one row each."""
+    """Print background status views as a table, one row each.
+
+    ``MODE`` is how each rewrites (the view's ``runs_as``): ``python``, ``step`` or
+    ``update`` (a server-side update pipeline).
+    """
     if not views:
         print("no background migrations")
         return
     width = max(len("NAME"), *(len(str(view.get("name"))) for view in views))
     print(
-        f"{'NAME':<{width}}  {'STATUS':<9} {'PHASE':<9} {'PASS':>4} {'DONE':>15} {'PROGRESS':>8} "
-        f"{'ETA':>7} {'MIGRATED':>9} {'FAILED':>7}  LAST ERROR"
+        f"{'NAME':<{width}}  {'STATUS':<9} {'MODE':<6} {'PHASE':<9} {'PASS':>4} {'DONE':>15} "
+        f"{'PROGRESS':>8} {'ETA':>7} {'MIGRATED':>9} {'FAILED':>7}  LAST ERROR"
     )
     for view in views:
         shown = view.get("progress") or {}
         percent = shown.get("percent")
         print(
             f"{view.get('name'):<{width}}  {view.get('status') or '-':<9} "
+            f"{view.get('runs_as') or '-':<6} "
             f"{view.get('phase') or '-':<9} {view.get('pass', 0):>4} "
             f"{_done_of(shown):>15} "
             f"{'-' if percent is None else f'{percent:.1f}%':>8} "

@@ -246,6 +246,7 @@ def test_list_and_detail_show_progress(airflow: Airflow, running: str) -> None:
     assert row["progress"]["percent"] == pytest.approx(100 * row["processed"] / 3_000, abs=0.1)
     assert row["max_parallel"] == 2
     assert row["collection"] == "users"
+    assert (row["mode"], row["runs_as"]) == ("declarative", "python")
     assert row["failed_documents"] == 0
     assert row["waits_for"] == []
     assert set(row["throughput"]) == {
@@ -276,6 +277,31 @@ def test_list_and_detail_show_progress(airflow: Airflow, running: str) -> None:
     assert detail["drift"] == {"watch": [], "reopened": 0}
     assert detail["plan"]["estimate"] == 3_000
     assert detail["permissions"] == {"can_control": False, "can_trigger": False}
+
+
+def test_an_update_pipeline_migration_shows_its_mode(
+    airflow: Airflow,
+    dags_folder: Path,
+    migronaut_connection: str,
+    mongo_uri: str,
+    db: Database[dict[str, Any]],
+) -> None:
+    name = "20240103000000_rename_name"
+    (dags_folder / f"{name}.py").write_text(
+        'background = {"collection": "users", "from": 1, "to": 2,\n'
+        '              "update": [{"$set": {"full": "$name"}}, {"$unset": "name"}]}\n'
+    )
+    with make_kit(mongo_uri, db, dags_folder) as kit:
+        kit.up()
+    (row,) = airflow.get("/api/migrations").json()["migrations"]
+    assert (row["name"], row["mode"], row["runs_as"]) == (name, "update", "update")
+    detail = airflow.get(f"/api/migrations/{name}").json()
+    assert (detail["mode"], detail["runs_as"]) == ("update", "update")
+    page = airflow.get(f"/migrations/{name}")
+    assert page.status_code == 200
+    assert '<dd data-field="mode">' in page.text
+    script = airflow.get("/static/common.js").text
+    assert "update_many" in script and "runs_as" in script
 
 
 def test_the_eta_and_average_rate_are_the_cores(

@@ -261,11 +261,23 @@ def test_up_and_down_announce_registrations_and_waits_as_the_seeds_do(
     assert heard == [
         (
             "background:registered",
-            {"migration": a, "status": "pending", "direction": "forward", "waits_for": []},
+            {
+                "migration": a,
+                "status": "pending",
+                "direction": "forward",
+                "mode": "declarative",
+                "waits_for": [],
+            },
         ),
         (
             "background:registered",
-            {"migration": b, "status": "blocked", "direction": "forward", "waits_for": [a]},
+            {
+                "migration": b,
+                "status": "blocked",
+                "direction": "forward",
+                "mode": "declarative",
+                "waits_for": [a],
+            },
         ),
         (
             "background:waiting",
@@ -279,7 +291,13 @@ def test_up_and_down_announce_registrations_and_waits_as_the_seeds_do(
         ("background:registered", {"migration": b, "status": "withdrawn", "waits_for": []}),
         (
             "background:registered",
-            {"migration": a, "status": "pending", "direction": "revert", "waits_for": []},
+            {
+                "migration": a,
+                "status": "pending",
+                "direction": "revert",
+                "mode": "declarative",
+                "waits_for": [],
+            },
         ),
     ]
 

@@ -187,6 +187,18 @@ window.Migronaut = (function () {
     if (node) node.textContent = "updated " + new Date().toLocaleTimeString();
   }
 
+  /* How a migration rewrites (the API's runs_as), in words for a tooltip. */
+  const MODES = {
+    python: "Python: migrate / migrate_batch run in the lanes, each write guarded",
+    step: "Step: step(ctx) runs with checkpoints",
+    update: "Update pipeline: each batch is one server-side update_many",
+  };
+
+  function mode(m) {
+    const name = m.runs_as || m.mode || "–";
+    return { text: name, title: MODES[name] || "" };
+  }
+
   function migrationUrl(name) {
     return PREFIX + "/migrations/" + encodeURIComponent(name);
   }
@@ -209,6 +221,7 @@ window.Migronaut = (function () {
     clearError,
     poll,
     stamp,
+    mode,
     migrationUrl,
   };
 })();

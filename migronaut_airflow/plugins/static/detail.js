@@ -42,6 +42,8 @@
     );
     M.setText(summary, '[data-field="failed"]', M.count(m.failed_documents));
     M.setText(summary, '[data-field="collection"]', m.collection || "–");
+    const shown = M.mode(m);
+    M.setText(summary, '[data-field="mode"]', shown.text).title = shown.title;
     M.setText(summary, '[data-field="phase"]', m.phase || "–");
     M.setText(summary, '[data-field="waits"]', m.waits_for.length ? m.waits_for.join(", ") : "–");
     M.setText(summary, '[data-field="last_error"]', m.last_error || "–");

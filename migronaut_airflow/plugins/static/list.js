@@ -19,7 +19,12 @@
   function newRow(name) {
     const link = M.el("a", { href: M.migrationUrl(name), class: "name", text: name });
     return M.el("tr", { "data-migration": name }, [
-      M.el("td", {}, [link, M.el("div", { class: "sub", "data-field": "description" })]),
+      M.el("td", {}, [
+        link,
+        " ",
+        M.el("span", { class: "mode", "data-field": "mode" }),
+        M.el("div", { class: "sub", "data-field": "description" }),
+      ]),
       M.el("td", {}, [M.el("span", { class: "status", "data-field": "status" })]),
       M.el("td", { class: "wide" }, [
         M.el("div", { class: "progress" }, [
@@ -43,6 +48,8 @@
 
   function fill(row, m) {
     M.setText(row, '[data-field="description"]', m.description || "");
+    const shown = M.mode(m);
+    M.setText(row, '[data-field="mode"]', shown.text).title = shown.title;
     const status = M.setText(row, '[data-field="status"]', m.status);
     status.className = "status s-" + m.status;
     M.setText(row, '[data-field="percent"]', M.percentText(m.progress));
