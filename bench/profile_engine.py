@@ -9,25 +9,35 @@ cProfile and a pymongo command listener. For comparison, the ceiling loop of
 Prints, for each, every command sent (by name and collection) with its count per
 batch and its client-side time, then the engine's top functions.
 
-Usage: ``python -m bench.profile_engine [--docs N] [--top 25] [--json]``.
+``--update`` profiles the update-pipeline migration of :mod:`bench.update_pipeline`
+instead, next to its raw loop of ``update_many`` over ``_id`` ranges of the engine's
+batch size (2,000 by default; ``--batch-size``) rather than the client ceiling.
+
+Usage: ``python -m bench.profile_engine [--docs N] [--top 25] [--update] [--json]``.
 """
 
 from __future__ import annotations
 
 import cProfile
+import functools
 import io
 import pstats
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from pymongo import MongoClient, monitoring
+from pymongo.collection import Collection
 
-from bench import common
+from bench import common, update_pipeline
 from bench.throughput import ceiling
 from migronaut_core import Migronaut
 from migronaut_core.background.lanes.driver import LANE_DONE
+
+#: The update mode's default batch size (the spec's, when the file sets none).
+UPDATE_BATCH = 2_000
 
 
 class Commands(monitoring.CommandListener):
@@ -86,10 +96,10 @@ class Commands(monitoring.CommandListener):
         return sorted(out, key=lambda row: -row["ms"])
 
 
-def drive_in_main_thread(k: Migronaut) -> None:
+def drive_in_main_thread(k: Migronaut, name: str = common.MIGRATION_NAME) -> None:
     """Coordinator steps and one lane's slices, in this thread, until the migration is done."""
     while True:
-        answer = k.coordinate_background(common.MIGRATION_NAME)
+        answer = k.coordinate_background(name)
         if answer.next in ("done", "superseded"):
             if answer.status != "completed":
                 raise RuntimeError(f"the migration ended {answer.status!r}")
@@ -98,7 +108,7 @@ def drive_in_main_thread(k: Migronaut) -> None:
             time.sleep(min(answer.retry_after_ms / 1000 or 0.5, 2.0))
             continue
         while True:
-            result = k.run_background_slice(common.MIGRATION_NAME)
+            result = k.run_background_slice(name)
             if result.outcome in LANE_DONE:
                 break
             if result.outcome == "busy":
@@ -106,13 +116,17 @@ def drive_in_main_thread(k: Migronaut) -> None:
 
 
 def measure_ceiling(
-    client: MongoClient[dict[str, Any]], listener: Commands, count: int, batches: int
+    client: MongoClient[dict[str, Any]],
+    listener: Commands,
+    count: int,
+    batches: int,
+    loop: Callable[[Collection[dict[str, Any]]], int] = ceiling,
 ) -> tuple[float, list[dict[str, Any]]]:
     db = common.fresh_db(client, "profile_ceiling")
     common.seed(db, count)
     listener.reset(True)
     started = time.perf_counter()
-    ceiling(db[common.COLLECTION])
+    loop(db[common.COLLECTION])
     seconds = time.perf_counter() - started
     rows = listener.rows(batches)
     listener.reset(False)
@@ -127,19 +141,26 @@ def measure_engine(
     count: int,
     batches: int,
     profiler: cProfile.Profile | None,
+    update: bool = False,
+    batch_size: int | None = None,
 ) -> tuple[float, list[dict[str, Any]]]:
     db = common.fresh_db(client, "profile_engine")
     common.seed(db, count)
     common.log(f"seeded {count:,} documents; profiling one lane")
-    directory = common.migrations_dir()
+    if update:
+        name = update_pipeline.UPDATE_MIGRATION_NAME
+        source = update_pipeline.update_source(batch_size)
+        directory = common.migrations_dir(name=name, source=source)
+    else:
+        name, directory = common.MIGRATION_NAME, common.migrations_dir()
     k = Migronaut(uri=uri, database=db.name, migrations_dir=str(directory), client=client)
     k.up()
     listener.reset(True)
     started = time.perf_counter()
     if profiler is None:
-        drive_in_main_thread(k)
+        drive_in_main_thread(k, name)
     else:
-        profiler.runcall(drive_in_main_thread, k)
+        profiler.runcall(drive_in_main_thread, k, name)
     seconds = time.perf_counter() - started
     listener.active = False
     rows = listener.rows(batches)
@@ -174,8 +195,10 @@ def commands_table(rows: list[dict[str, Any]], batches: int) -> str:
     )
 
 
-def summary_line(label: str, seconds: float, count: int, rows: list[dict[str, Any]]) -> str:
-    batches = -(-count // common.BATCH_SIZE)
+def summary_line(
+    label: str, seconds: float, count: int, rows: list[dict[str, Any]], batch: int
+) -> str:
+    batches = -(-count // batch)
     trips = sum(r["count"] for r in rows) / batches
     in_commands = sum(r["ms"] for r in rows) / 1000
     return (
@@ -189,9 +212,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--docs", type=common.count_arg, default=common.DEFAULT_DOCS)
     ap.add_argument("--top", type=int, default=25, help="functions to list (default 25)")
     ap.add_argument("--no-profile", action="store_true", help="commands only, no cProfile")
+    ap.add_argument(
+        "--update", action="store_true", help="the update-pipeline migration and its raw loop"
+    )
+    ap.add_argument(
+        "--batch-size",
+        type=common.count_arg,
+        default=None,
+        help="(--update) the engine's and the raw loop's batch size (default 2,000)",
+    )
     args = ap.parse_args(argv)
     count = args.docs
-    batches = -(-count // common.BATCH_SIZE)
+    batch = (args.batch_size or UPDATE_BATCH) if args.update else common.BATCH_SIZE
+    batches = -(-count // batch)
+    baseline = "ceiling"
+    loop: Callable[[Collection[dict[str, Any]]], int] = ceiling
+    if args.update:
+        baseline = f"update_many, ranges of {batch:,}"
+        loop = functools.partial(update_pipeline.ranges, size=batch)
     listener = Commands()
     profiler = None if args.no_profile else cProfile.Profile()
     with common.mongo_server(args) as uri:
@@ -200,15 +238,17 @@ def main(argv: list[str] | None = None) -> int:
         )
         with client:
             version = common.server_version(client)
-            ceiling_seconds, ceiling_rows = measure_ceiling(client, listener, count, batches)
+            ceiling_seconds, ceiling_rows = measure_ceiling(client, listener, count, batches, loop)
             engine_seconds, engine_rows = measure_engine(
-                uri, client, listener, count, batches, profiler
+                uri, client, listener, count, batches, profiler, args.update, args.batch_size
             )
     stats_text, top = summarize(profiler, args.top) if profiler is not None else ("", [])
     payload = {
         "benchmark": "profile_engine",
         "docs": count,
         "batches": batches,
+        "mode": "update" if args.update else "python",
+        "baseline": baseline,
         "mongod": version,
         "machine": common.machine(),
         "ceiling": {"seconds": ceiling_seconds, "commands": ceiling_rows},
@@ -223,12 +263,12 @@ def main(argv: list[str] | None = None) -> int:
         " under cProfile" if profiler is not None else ""
     )
     text = (
-        f"profile: {count:,} documents, {batches:,} batches of {common.BATCH_SIZE}\n"
+        f"profile: {count:,} documents, {batches:,} batches of {batch}\n"
         f"{common.setting(version)}\n\n"
-        + summary_line("ceiling", ceiling_seconds, count, ceiling_rows)
+        + summary_line(baseline, ceiling_seconds, count, ceiling_rows, batch)
         + commands_table(ceiling_rows, batches)
         + "\n\n"
-        + summary_line(engine_label, engine_seconds, count, engine_rows)
+        + summary_line(engine_label, engine_seconds, count, engine_rows, batch)
         + commands_table(engine_rows, batches)
         + ("\n\n" + stats_text if stats_text else "")
     )

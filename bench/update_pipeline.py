@@ -14,6 +14,8 @@ every document from ``_v: 1`` to ``_v: 2`` by splitting ``name`` into ``first`` 
   (a covered read, one cursor fetching N per round trip), then one
   ``update_many({_v: 1, _id: {$gte, $lte}}, pipeline)`` per N of them — a serial
   loop of range batches, what the engine's mode does without leases or checkpoints;
+- ``update_many, $in of N`` (``--in-lists``, none by default): the same loop, each
+  ``update_many`` naming its ids (``_id: {$in: [...]}``) as the engine's batches do;
 - ``engine update xk``: a background migration declaring the same stages as
   ``"update"``, registered with ``up()`` and driven by
   ``run_background(name, concurrency=k)``, timed from the first coordinator step
@@ -27,7 +29,7 @@ per size, planning — the first coordinator step, as :mod:`bench.planning` time
 of the update-pipeline migration next to the Python one on the same data.
 
 Usage: ``python -m bench.update_pipeline [--sizes 100k,1m] [--lanes 1,2,4] [--ranges 500,2000]
-[--batch-size N] [--rounds 1] [--skip engine,planning] [--json]``.
+[--in-lists N,…] [--batch-size N] [--rounds 1] [--skip engine,planning] [--json]``.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import argparse
 import functools
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pymongo import MongoClient
@@ -114,13 +116,35 @@ def ranges(users: Collection[dict[str, Any]], size: int) -> int:
     return modified
 
 
+def id_lists(users: Collection[dict[str, Any]], size: int) -> int:
+    """Like :func:`ranges`, but each ``update_many`` names its ids (``$in``), as the engine's
+    batches do; documents modified."""
+    modified = 0
+    ids: list[Any] = []
+    cursor = users.find({"_v": 1}, {"_id": 1}, sort=[("_id", 1)], batch_size=size).hint(
+        common.VERSION_INDEX
+    )
+    for doc in cursor:
+        ids.append(doc["_id"])
+        if len(ids) == size:
+            modified += _listed(users, ids)
+            ids.clear()
+    if ids:
+        modified += _listed(users, ids)
+    return modified
+
+
 def _range(users: Collection[dict[str, Any]], ids: list[Any]) -> int:
     bounds = {"$gte": ids[0], "$lte": ids[-1]}
     return users.update_many({"_v": 1, "_id": bounds}, PIPELINE).modified_count
 
 
+def _listed(users: Collection[dict[str, Any]], ids: list[Any]) -> int:
+    return users.update_many({"_v": 1, "_id": {"$in": ids}}, PIPELINE).modified_count
+
+
 def raw_contenders(
-    batches: list[int] = RANGE_BATCHES,
+    batches: list[int] = RANGE_BATCHES, listed: Sequence[int] = ()
 ) -> dict[str, Callable[[Collection[dict[str, Any]]], int]]:
     """Label -> the loop, documents written; the ceiling first."""
     loops: dict[str, Callable[[Collection[dict[str, Any]]], int]] = {
@@ -129,6 +153,8 @@ def raw_contenders(
     }
     for size in batches:
         loops[f"update_many, ranges of {size:,}"] = functools.partial(ranges, size=size)
+    for size in listed:
+        loops[f"update_many, $in of {size:,}"] = functools.partial(id_lists, size=size)
     return loops
 
 
@@ -217,7 +243,7 @@ def plan_both(
 
 
 def contenders(args: argparse.Namespace) -> list[str]:
-    labels = list(raw_contenders(args.ranges))
+    labels = list(raw_contenders(args.ranges, args.in_lists))
     if "engine" not in args.skip:
         labels += [f"engine update x{k}" for k in args.lanes]
     return labels
@@ -231,7 +257,7 @@ def one_round(
     args: argparse.Namespace,
 ) -> dict[str, dict[str, Any]]:
     """Every contender once at ``count`` documents, each on a freshly seeded database."""
-    loops = raw_contenders(args.ranges)
+    loops = raw_contenders(args.ranges, args.in_lists)
     rows: dict[str, dict[str, Any]] = {}
     for label in order:
         db = common.fresh_db(client, "update_pipeline")
@@ -318,6 +344,12 @@ def main(argv: list[str] | None = None) -> int:
         type=common.count_list_arg,
         default=RANGE_BATCHES,
         help="batch sizes of the raw range loops (default 500,2000)",
+    )
+    ap.add_argument(
+        "--in-lists",
+        type=common.count_list_arg,
+        default=[],
+        help="batch sizes of raw loops naming their ids ($in), as the engine does (default none)",
     )
     ap.add_argument(
         "--batch-size",
