@@ -16,6 +16,8 @@ every document from ``_v: 1`` to ``_v: 2`` by splitting ``name`` into ``first`` 
   loop of range batches, what the engine's mode does without leases or checkpoints;
 - ``update_many, $in of N`` (``--in-lists``, none by default): the same loop, each
   ``update_many`` naming its ids (``_id: {$in: [...]}``) as the engine's batches do;
+- ``engine python xk`` (``--python-lanes``, none by default): bench's Python
+  migration (:mod:`bench.throughput`'s engine rows), for the mode's gain;
 - ``engine update xk``: a background migration declaring the same stages as
   ``"update"``, registered with ``up()`` and driven by
   ``run_background(name, concurrency=k)``, timed from the first coordinator step
@@ -29,7 +31,8 @@ per size, planning — the first coordinator step, as :mod:`bench.planning` time
 of the update-pipeline migration next to the Python one on the same data.
 
 Usage: ``python -m bench.update_pipeline [--sizes 100k,1m] [--lanes 1,2,4] [--ranges 500,2000]
-[--in-lists N,…] [--batch-size N] [--rounds 1] [--skip engine,planning] [--json]``.
+[--in-lists N,…] [--python-lanes K,…] [--batch-size N] [--rounds 1] [--skip engine,planning]
+[--json]``.
 """
 
 from __future__ import annotations
@@ -176,18 +179,29 @@ def run_raw(
 
 
 def run_engine(
-    uri: str, db: Database[dict[str, Any]], count: int, lanes: int, batch_size: int | None
+    uri: str,
+    db: Database[dict[str, Any]],
+    count: int,
+    lanes: int,
+    batch_size: int | None,
+    *,
+    python: bool = False,
 ) -> dict[str, Any]:
-    label = f"engine update x{lanes}"
-    directory = common.migrations_dir(name=UPDATE_MIGRATION_NAME, source=update_source(batch_size))
+    """Drive the update-pipeline migration (or, ``python``, bench's Python one) to the end."""
+    if python:
+        label, name = f"engine python x{lanes}", common.MIGRATION_NAME
+        directory = common.migrations_dir()
+    else:
+        label, name = f"engine update x{lanes}", UPDATE_MIGRATION_NAME
+        directory = common.migrations_dir(name=name, source=update_source(batch_size))
     with common.kit(uri, db.name, directory) as k:
         k.up()
         with common.RssSampler() as rss:
-            seconds = common.drive(k, lanes, UPDATE_MIGRATION_NAME)
-        status = k.background_status(UPDATE_MIGRATION_NAME) or {}
-        partitions = len(k.background_partitions(UPDATE_MIGRATION_NAME))
+            seconds = common.drive(k, lanes, name)
+        status = k.background_status(name) or {}
+        partitions = len(k.background_partitions(name))
     common.check_migrated(db, count, label)
-    state = db["migronaut_background"].find_one({"_id": UPDATE_MIGRATION_NAME}) or {}
+    state = db["migronaut_background"].find_one({"_id": name}) or {}
     row = _row(label, count, seconds, rss)
     row["migrated"] = (status.get("totals") or {}).get("migrated")
     row["partitions"] = partitions
@@ -246,6 +260,7 @@ def contenders(args: argparse.Namespace) -> list[str]:
     labels = list(raw_contenders(args.ranges, args.in_lists))
     if "engine" not in args.skip:
         labels += [f"engine update x{k}" for k in args.lanes]
+        labels += [f"engine python x{k}" for k in args.python_lanes]
     return labels
 
 
@@ -267,7 +282,8 @@ def one_round(
             row = run_raw(db, label, loops[label])
         else:
             lanes = int(label.rsplit("x", 1)[1])
-            row = run_engine(uri, db, count, lanes, args.batch_size)
+            python = label.startswith("engine python")
+            row = run_engine(uri, db, count, lanes, args.batch_size, python=python)
         common.log(f"{label}: {row['docs_per_s']:,.0f} docs/s")
         rows[label] = row
         client.drop_database(db.name)
@@ -340,6 +356,12 @@ def main(argv: list[str] | None = None) -> int:
         "--lanes", type=common.count_list_arg, default=[1, 2, 4], help="engine lane counts"
     )
     ap.add_argument(
+        "--python-lanes",
+        type=common.count_list_arg,
+        default=[],
+        help="also drive bench's Python migration with these lane counts (default none)",
+    )
+    ap.add_argument(
         "--ranges",
         type=common.count_list_arg,
         default=RANGE_BATCHES,
@@ -397,7 +419,7 @@ def render(sizes: list[dict[str, Any]], plans: list[dict[str, Any]], version: st
         common.setting(version),
     ]
     for size in sizes:
-        engine = [row for row in size["contenders"] if "batch_size" in row]
+        engine = [r for r in size["contenders"] if r["contender"].startswith("engine update")]
         batch = f", engine batches of {engine[0]['batch_size']:,}" if engine else ""
         parts.append(f"\n{size['docs']:,} documents, {size['rounds']} round(s){batch}")
         parts.append(
