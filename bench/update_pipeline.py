@@ -12,8 +12,9 @@ every document from ``_v: 1`` to ``_v: 2`` by splitting ``name`` into ``first`` 
   collection — the physical limit of a server-side rewrite;
 - ``update_many, ranges of N``: ``_id``s read in order through the version index
   (a covered read, one cursor fetching N per round trip), then one
-  ``update_many({_v: 1, _id: {$gte, $lte}}, pipeline)`` per N of them — a serial
-  loop of range batches, what the engine's mode does without leases or checkpoints;
+  ``update_many({_v: 1, _id: {$gte, $lte}}, pipeline)`` per N of them, hinted to
+  ``_id`` as the engine's — a serial loop of range batches, what the engine's mode
+  does without leases or checkpoints;
 - ``update_many, $in of N`` (``--in-lists``, none by default): the same loop, each
   ``update_many`` naming its ids (``_id: {$in: [...]}``) as the engine's batches do;
 - ``engine python xk`` (``--python-lanes``, none by default): bench's Python
@@ -68,6 +69,9 @@ PIPELINE = [*SPLIT_STAGES, STAMP_STAGE]
 #: Target of issue 16: the engine's mode with 1 or 2 lanes against one raw update_many.
 TARGET_RATIO = 0.85
 RANGE_BATCHES = [500, 2_000]
+#: The index a batch's update goes through, as the engine's: left to the planner, a
+#: batch may race the version index, whose key the update rewrites.
+BY_ID = [("_id", 1)]
 WHOLE = "update_many, whole"
 CEILING = "client ceiling"
 
@@ -139,11 +143,11 @@ def id_lists(users: Collection[dict[str, Any]], size: int) -> int:
 
 def _range(users: Collection[dict[str, Any]], ids: list[Any]) -> int:
     bounds = {"$gte": ids[0], "$lte": ids[-1]}
-    return users.update_many({"_v": 1, "_id": bounds}, PIPELINE).modified_count
+    return users.update_many({"_v": 1, "_id": bounds}, PIPELINE, hint=BY_ID).modified_count
 
 
 def _listed(users: Collection[dict[str, Any]], ids: list[Any]) -> int:
-    return users.update_many({"_v": 1, "_id": {"$in": ids}}, PIPELINE).modified_count
+    return users.update_many({"_v": 1, "_id": {"$in": ids}}, PIPELINE, hint=BY_ID).modified_count
 
 
 def raw_contenders(
