@@ -6,6 +6,9 @@ Builds, without touching MongoDB:
   coordinator round: coordinate → mapped lanes + a deferrable sensor → continue);
 - ``migronaut_drift`` (every 10 minutes): verify completed migrations, then start
   the DAGs of migrations that have work and no active run;
+- ``migronaut_drift_events``: scheduled on each migrated collection's asset, whose
+  change-stream trigger fires when old-shape documents are written after the
+  migration completed: reopen (or report), then start the migration's DAG;
 - ``migronaut_control``: a trigger form to pause, resume, cancel, retry, repin, unlock;
 - ``migronaut_up``: apply regular migrations, register background ones, start them.
 

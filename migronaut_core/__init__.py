@@ -2,7 +2,9 @@
 
 The public API is :class:`Migronaut` (the kit), :func:`load_config`, the error
 hierarchy in :mod:`migronaut_core.errors`, and the result types the kit returns
-(re-exported here so callers need not know the modules they live in).
+(re-exported here so callers need not know the modules they live in), and
+:func:`next_drift_signal`, the async wait for drift an event-driven scheduler's
+trigger runs (Airflow's ``AssetWatcher``).
 Importing this package never imports Airflow.
 """
 
@@ -16,6 +18,12 @@ from migronaut_core.background.control.actions import (
     ControlResult,
 )
 from migronaut_core.background.coordinator import Answer, Driver
+from migronaut_core.background.drift.events import (
+    DriftEventSettings,
+    DriftSignal,
+    drift_event_settings,
+    next_drift_signal,
+)
 from migronaut_core.background.dry_run import DryRunReport, StepDryRunReport
 from migronaut_core.background.indexes import ConvergeReport, PruneReport
 from migronaut_core.background.lanes.lane import SliceResult
@@ -69,6 +77,8 @@ __all__ = [
     "ControlAction",
     "ControlResult",
     "ConvergeReport",
+    "DriftEventSettings",
+    "DriftSignal",
     "Driver",
     "DryRunRefusedError",
     "DryRunReport",
@@ -96,5 +106,7 @@ __all__ = [
     "StatusRow",
     "StepDryRunReport",
     "TransactionsUnsupportedError",
+    "drift_event_settings",
     "load_config",
+    "next_drift_signal",
 ]

@@ -125,6 +125,7 @@ class Config:
             background.partitions,
             background.watch,
             background.converge_log,
+            background.drift_events,
         )
 
     def database_name(self) -> str:
@@ -152,12 +153,14 @@ class BackgroundCollections:
     """Names of the collections that hold background migration state.
 
     ``converge_log``: every index converge created or dropped (what, when, by whom).
+    ``drift_events``: where the event-driven drift triggers resume their change streams.
     """
 
     state: str
     partitions: str
     watch: str
     converge_log: str
+    drift_events: str
 
     @classmethod
     def from_prefix(cls, prefix: str) -> BackgroundCollections:
@@ -166,6 +169,7 @@ class BackgroundCollections:
             partitions=f"{prefix}_partitions",
             watch=f"{prefix}_watch",
             converge_log=f"{prefix}_converge_log",
+            drift_events=f"{prefix}_drift_events",
         )
 
 

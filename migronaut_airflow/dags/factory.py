@@ -1,5 +1,10 @@
 """DAG factories: one DAG per background migration, plus the drift, control and up DAGs.
 
+The collections' assets (each watched by a drift trigger) are the one exception
+to "no lookups": their URIs need the connection's host, read once per parse
+from the connection (never from MongoDB); without it the DAGs are built
+without assets and without the event-driven drift DAG.
+
 Building a DAG reads no database and imports no migration: background migration
 files are found by parsing their source (a module-level ``background = …``), so
 a DAG file stays fast to parse and safe when MongoDB is down.
@@ -8,6 +13,7 @@ a DAG file stays fast to parse and safe when MongoDB is down.
 from __future__ import annotations
 
 import ast
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import InitVar, dataclass, field
@@ -15,8 +21,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypedDict
 
+from airflow.providers.mongo.assets.mongo import create_asset
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
-from airflow.sdk import DAG, BaseOperator, Param, XComArg
+from airflow.sdk import DAG, Asset, AssetAny, AssetWatcher, BaseOperator, Connection, Param, XComArg
 from airflow.sdk.definitions.mappedoperator import MappedOperator
 
 from migronaut_airflow.hooks.migronaut import (
@@ -34,10 +41,17 @@ from migronaut_airflow.operators.background import (
     VerifyDriftOperator,
     dag_id_for,
 )
+from migronaut_airflow.operators.drift import VerifyDriftEventsOperator
 from migronaut_airflow.sensors.lanes import BackgroundLanesSensor
+from migronaut_airflow.triggers.drift import CollectionDriftTrigger
 from migronaut_core import CONTROL_ACTIONS, files
+from migronaut_core.config import DEFAULT_BACKGROUND_COLLECTION
+
+log = logging.getLogger(__name__)
 
 TAGS = ["migronaut"]
+#: The DAG that applies the on-drift policy when a drift trigger fires.
+DRIFT_EVENTS_DAG_ID = "migronaut_drift_events"
 #: Lanes run before the sensor that waits for them (``dag.test()`` runs one task at a time).
 LANE_PRIORITY = 100
 SENSOR_PRIORITY = 1
@@ -62,6 +76,40 @@ def _assigns_background(node: ast.stmt) -> bool:
     if isinstance(node, ast.AnnAssign):
         return isinstance(node.target, ast.Name) and node.target.id == "background"
     return False
+
+
+def background_collections(migrations_dir: str | os.PathLike[str]) -> dict[str, str]:
+    """The collection of each background migration file whose ``background`` names one literally.
+
+    Parsed, not imported, like :func:`background_migration_names`; a migration
+    whose collection is computed (or a step migration without one) is left out.
+    """
+    found = {}
+    for file in files.discover(Path(migrations_dir)):
+        try:
+            tree = ast.parse(file.path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        for node in tree.body:
+            if _assigns_background(node) and isinstance(node, ast.Assign | ast.AnnAssign):
+                collection = _literal_collection(node.value)
+                if collection:
+                    found[file.name] = collection
+    return found
+
+
+def _literal_collection(value: ast.expr | None) -> str | None:
+    if not isinstance(value, ast.Dict):
+        return None
+    for key, item in zip(value.keys, value.values, strict=True):
+        if (
+            isinstance(key, ast.Constant)
+            and key.value == "collection"
+            and isinstance(item, ast.Constant)
+            and isinstance(item.value, str)
+        ):
+            return item.value
+    return None
 
 
 class OperatorArgs(TypedDict):
@@ -130,12 +178,16 @@ def background_dag(
     sensor_timeout: timedelta = timedelta(hours=24),
     no_lease_grace_seconds: float = 60.0,
     poll_interval: float = 5.0,
+    collection_asset: Asset | None = None,
 ) -> DAG:
     """The DAG of one background migration: a run is one coordinator round.
 
     ``coordinate`` → mapped ``lane`` tasks (one per claimable slot) and the
     deferrable ``wait_for_lanes`` sensor → ``continue`` (a new run when a new pass
     or more work is needed). One active run at a time.
+
+    :param collection_asset: the migrated collection's asset, the lanes' outlet
+        (lineage shows which collection the migration rewrites).
     """
     connection = target.operator_args()
     with DAG(
@@ -163,6 +215,7 @@ def background_dag(
             retries=lane_retries,
             retry_delay=lane_retry_delay,
             retry_exponential_backoff=True,
+            outlets=[collection_asset] if collection_asset is not None else [],
             **connection,
         ).expand(slot=coordinate.output)
         wait = BackgroundLanesSensor(
@@ -212,6 +265,127 @@ def drift_dag(
         heal = HealBackgroundOperator(task_id="heal", **connection)
         verify >> heal
         _trigger_dags("start_migrations", heal, "heal")
+    return dag
+
+
+@dataclass(frozen=True)
+class DriftEventOptions:
+    """How the event-driven drift healing is built (``build_dags(drift_events=…)``).
+
+    :param host: the MongoDB host the assets' URIs name (default: the connection's
+        first host); ``port`` likewise.
+    :param refire_after_seconds: how long a fired event has to reopen its
+        migration before old-shape documents still there fire again.
+    :param refresh_seconds: how often the triggers read the migrations again.
+    :param on_drift: ``reopen`` or ``report``; default ``background_on_drift``.
+    """
+
+    host: str | None = None
+    port: int | None = None
+    refire_after_seconds: float = 300.0
+    refresh_seconds: float = 10.0
+    on_drift: str | None = None
+
+
+def drift_event_options(
+    value: DriftEventOptions | Mapping[str, Any] | bool,
+) -> DriftEventOptions | None:
+    """``build_dags``' ``drift_events`` as options; None: build no assets and no DAG."""
+    if value is True:
+        return DriftEventOptions()
+    if value is False:
+        return None
+    if isinstance(value, DriftEventOptions):
+        return value
+    return DriftEventOptions(**value)
+
+
+def collection_assets(target: Target, options: DriftEventOptions) -> dict[str, Asset]:
+    """Each background migration's collection as an asset watched by a drift trigger.
+
+    By migration name; migrations of one collection share its asset (one watcher).
+    URIs are the mongo provider's (``mongodb://host:port/database/collection``).
+    Empty when the host or the database cannot be told without a database read.
+    """
+    endpoint = _asset_endpoint(target, options)
+    if endpoint is None:
+        return {}
+    host, port, database = endpoint
+    by_collection: dict[str, Asset] = {}
+    assets = {}
+    for name, collection in background_collections(target.migrations_dir).items():
+        if collection not in by_collection:
+            plain = create_asset(host=host, port=port, database=database, collection=collection)
+            trigger = CollectionDriftTrigger(
+                mongo_conn_id=target.mongo_conn_id,
+                database=target.database,
+                collection=collection,
+                collection_prefix=str(
+                    target.migronaut_config.get(
+                        "background_collection", DEFAULT_BACKGROUND_COLLECTION
+                    )
+                ),
+                refire_after_seconds=options.refire_after_seconds,
+                refresh_seconds=options.refresh_seconds,
+            )
+            by_collection[collection] = Asset(
+                name=plain.name,
+                uri=plain.uri,
+                extra=plain.extra,
+                watchers=[AssetWatcher(name=f"migronaut_drift__{collection}", trigger=trigger)],
+            )
+        assets[name] = by_collection[collection]
+    return assets
+
+
+def _asset_endpoint(target: Target, options: DriftEventOptions) -> tuple[str, int, str] | None:
+    """Host, port and database of the assets' URIs, from the options and the connection."""
+    host, port, database = options.host, options.port, target.database
+    if host is None or database is None:
+        try:
+            connection = Connection.get(target.mongo_conn_id)
+        except Exception as exc:  # any secrets backend's failure: build without assets
+            log.warning(
+                "migronaut: connection %s unreadable (%s); no drift event assets",
+                target.mongo_conn_id,
+                type(exc).__name__,
+            )
+            return None
+        first = (connection.host or "").split(",")[0].strip()
+        first_host, _, first_port = first.partition(":")
+        host = host or first_host or None
+        port = port or connection.port or (int(first_port) if first_port.isdigit() else None)
+        database = database or connection.schema or None
+    if not host or not database:
+        log.warning("migronaut: the connection names no host or database; no drift event assets")
+        return None
+    return host, port or 27017, database
+
+
+def drift_events_dag(target: Target, assets: list[Asset], options: DriftEventOptions) -> DAG:
+    """``migronaut_drift_events``: when a collection drifts, apply the on-drift policy.
+
+    Scheduled on the collections' assets (any of them); each fire of a drift
+    trigger becomes a run that verifies the collections the events name (reopen
+    or report), then starts the DAGs of migrations with work and no active run.
+    Idempotent: a run with nothing left to heal does nothing.
+    """
+    connection = target.operator_args()
+    unique = list({asset.uri: asset for asset in assets}.values())
+    with DAG(
+        dag_id=DRIFT_EVENTS_DAG_ID,
+        schedule=AssetAny(*unique),
+        max_active_runs=1,
+        catchup=False,
+        tags=TAGS,
+        doc_md="Old-shape writes after completion (a drift trigger fired): reopen or report, heal.",
+    ) as dag:
+        verify = VerifyDriftEventsOperator(
+            task_id="verify", on_drift=options.on_drift, **connection
+        )
+        heal = HealBackgroundOperator(task_id="heal", **connection)
+        verify >> heal
+        _trigger_dags("start_migrations", heal, "drift event")
     return dag
 
 
@@ -265,13 +439,17 @@ def build_dags(
     database: str | None = None,
     migronaut_config: Mapping[str, Any] | None = None,
     drift_schedule: timedelta | str | None = timedelta(minutes=10),
+    drift_events: DriftEventOptions | Mapping[str, Any] | bool = True,
     conn_id: str | None = None,
     **background_options: Any,
 ) -> dict[str, DAG]:
     """Every migronaut DAG for one migrations directory, by DAG id (for a DAG file's globals).
 
     ``conn_id`` is the deprecated name of ``mongo_conn_id``; ``background_options``
-    go to :func:`background_dag`.
+    go to :func:`background_dag`. ``drift_events``: the event-driven drift DAG
+    and the collections' assets (see
+    :func:`~migronaut_airflow.dags.drift_events.collection_assets`); ``False``
+    builds neither, a mapping or :class:`DriftEventOptions` tunes them.
     """
     chosen = migrations_dir or os.environ.get(MIGRATIONS_DIR_ENV)
     if not chosen:
@@ -282,13 +460,17 @@ def build_dags(
         database=database,
         migronaut_config=dict(migronaut_config or {}),
     )
+    options = drift_event_options(drift_events)
+    assets = collection_assets(target, options) if options is not None else {}
     dags = [
         drift_dag(target, schedule=drift_schedule),
         control_dag(target),
         up_dag(target),
         *(
-            background_dag(name, target, **background_options)
+            background_dag(name, target, collection_asset=assets.get(name), **background_options)
             for name in background_migration_names(target.migrations_dir)
         ),
     ]
+    if options is not None and assets:
+        dags.append(drift_events_dag(target, list(assets.values()), options))
     return {dag.dag_id: dag for dag in dags}

@@ -5,7 +5,8 @@
 - :mod:`.partitions`: the partitions of its plans and the leases lanes hold
   on them (claims, checkpoints, release, reap, the roll-up sums);
 - :mod:`.watch`: the drift watcher's rows, one per watched collection;
-- :mod:`.converge_log`: every index converge created or dropped.
+- :mod:`.converge_log`: every index converge created or dropped;
+- :mod:`.drift_events`: where the event-driven drift triggers resume their streams.
 
 :class:`BackgroundStore` is the one handle callers use for the first two;
 every name a caller may import is re-exported here.
@@ -17,6 +18,14 @@ from migronaut_core.background.store.converge_log import (
     ConvergeAction,
     ConvergeLog,
     converge_entry_view,
+)
+from migronaut_core.background.store.drift_events import (
+    DriftPosition,
+    clear_drift_position_async,
+    collection_states_async,
+    read_drift_position,
+    read_drift_position_async,
+    save_drift_position_async,
 )
 from migronaut_core.background.store.partitions import (
     OPEN_STATUSES,
@@ -65,15 +74,21 @@ __all__ = [
     "ConvergeAction",
     "ConvergeLog",
     "Document",
+    "DriftPosition",
     "Fence",
     "GenerationTotals",
     "Lease",
     "PartitionCounts",
     "WatchStore",
     "aware",
+    "clear_drift_position_async",
+    "collection_states_async",
     "converge_entry_view",
     "live_leases_filter",
     "newer_schema",
     "open_partitions_filter",
+    "read_drift_position",
+    "read_drift_position_async",
+    "save_drift_position_async",
     "watch_view",
 ]

@@ -8,7 +8,7 @@ pure: they read state documents and build the pipeline, nothing else.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +16,14 @@ from migronaut_core.background.job import Job
 from migronaut_core.background.spec import REWRITING_MODES
 from migronaut_core.background.states import TERMINAL
 
-__all__ = ["Edge", "edge_signature", "edge_states", "watch_pipeline", "watched_collections"]
+__all__ = [
+    "Edge",
+    "drift_pipeline",
+    "edge_signature",
+    "edge_states",
+    "watch_pipeline",
+    "watched_collections",
+]
 
 Document = dict[str, Any]
 
@@ -91,15 +98,21 @@ def edge_signature(state: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 def watch_pipeline(edges: Sequence[Edge]) -> list[Document]:
-    """The change stream's pipeline: writes that leave a document at a source version.
+    """The watcher's change-stream pipeline: :func:`drift_pipeline` of its edges."""
+    return drift_pipeline((edge.field, edge.source) for edge in edges)
 
-    Inserts, updates and replaces whose (looked-up) document is at the source
-    version of any edge, plus ``invalidate``. Only the event's id, type and
-    document key travel back: no document values.
+
+def drift_pipeline(sources: Iterable[tuple[str, int]]) -> list[Document]:
+    """A change stream's pipeline: writes that leave a document at a source version.
+
+    :param sources: (version field, source version) of each migration served.
+    Inserts, updates and replaces whose (looked-up) document is at one of them,
+    plus ``invalidate``. Only the event's id, type, document key and cluster
+    time travel back: no document values.
     """
     by_field: dict[str, set[int]] = {}
-    for edge in edges:
-        by_field.setdefault(edge.field, set()).add(edge.source)
+    for name, source in sources:
+        by_field.setdefault(name, set()).add(source)
     branches = [
         {f"fullDocument.{name}": {"$in": [None if v == 0 else v for v in sorted(versions)]}}
         for name, versions in sorted(by_field.items())
