@@ -120,6 +120,8 @@ class AirflowStandalone:
         self.start_timeout = start_timeout
         self.env = self._environment(dict(env or {}), parallelism)
         self._process: subprocess.Popen[bytes] | None = None
+        #: Triggerers started by :meth:`start_triggerer` (standalone's own may be stopped).
+        self._triggerers: list[subprocess.Popen[bytes]] = []
         self._client: httpx.Client | None = None
         self._seen: dict[int, psutil.Process] = {}
 
@@ -296,7 +298,70 @@ class AirflowStandalone:
         psutil.wait_procs(list(leftovers.values()), timeout=10.0)
         self._process.wait(timeout=10.0)
         self._process = None
+        for triggerer in self._triggerers:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                triggerer.wait(timeout=10.0)
+        self._triggerers.clear()
         self._seen.clear()
+
+    # -- the triggerer alone ------------------------------------------------------------
+
+    def triggerer_processes(self) -> list[psutil.Process]:
+        """The running ``airflow triggerer`` commands of this Airflow (their children aside)."""
+        found = []
+        for proc in self.processes():
+            try:
+                command = proc.cmdline()
+            except psutil.Error:
+                continue
+            if len(command) >= 2 and command[-1] == "triggerer" and "airflow" in " ".join(command):
+                found.append(proc)
+        return found
+
+    def stop_triggerer(self, sig: int = signal.SIGKILL, timeout: float = 30.0) -> int:
+        """Stop every triggerer (with its children) by ``sig``; how many were stopped.
+
+        ``airflow standalone`` does not start a stopped component again: call
+        :meth:`start_triggerer`. With SIGKILL, a new triggerer takes the dead one's
+        triggers only once its heartbeat is older than ``[triggerer]
+        triggerer_health_check_threshold``.
+        """
+        triggerers = self.triggerer_processes()
+        if not triggerers:
+            raise AirflowStandaloneError("no triggerer is running")
+        victims: dict[int, psutil.Process] = {}
+        for proc in triggerers:
+            with contextlib.suppress(psutil.Error):
+                for child in [proc, *proc.children(recursive=True)]:
+                    victims[child.pid] = child
+        for proc in victims.values():
+            _signal(proc, sig)
+        _, left = psutil.wait_procs(list(victims.values()), timeout=timeout)
+        # `airflow standalone` never reaps a component that died: a zombie is gone.
+        alive = [proc for proc in left if _alive(proc)]
+        if alive:
+            raise AirflowStandaloneError(f"triggerer processes outlived signal {sig}: {alive}")
+        return len(triggerers)
+
+    def start_triggerer(self) -> None:
+        """Start one more ``airflow triggerer`` with this Airflow's environment.
+
+        Its output goes to ``triggerer.log`` in the home; :meth:`stop` ends it.
+        """
+        self._check_alive()
+        airflow = Path(sys.executable).with_name("airflow")
+        with (self.home / "triggerer.log").open("ab") as log:
+            self._triggerers.append(
+                subprocess.Popen(
+                    [str(airflow), "triggerer"],
+                    cwd=self.home,
+                    env=self.env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
 
     def log_tail(self, lines: int = 80) -> str:
         """The last lines of the standalone log."""

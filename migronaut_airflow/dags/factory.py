@@ -379,6 +379,9 @@ def drift_events_dag(target: Target, assets: list[Asset], options: DriftEventOpt
         catchup=False,
         tags=TAGS,
         doc_md="Old-shape writes after completion (a drift trigger fired): reopen or report, heal.",
+        # Every task is idempotent (verify reopens once, heal skips DAGs with a run):
+        # retrying is safe, and a lost task start must not lose the event.
+        default_args={"retries": 2, "retry_delay": timedelta(seconds=5)},
     ) as dag:
         verify = VerifyDriftEventsOperator(
             task_id="verify", on_drift=options.on_drift, **connection

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -12,11 +12,15 @@ def log_tail_on_failure(
     airflow: Any,
     request: pytest.FixtureRequest,
     capsys: pytest.CaptureFixture[str],
-    extra: str = "",
+    extra: str | Callable[[], str] = "",
 ) -> Iterator[None]:
-    """For an autouse fixture: print the end of Airflow's log after a test that failed."""
+    """For an autouse fixture: print the end of Airflow's log after a test that failed.
+
+    :param extra: more to print, or a function returning it (called after the test).
+    """
     failed = request.session.testsfailed
     yield
     if request.session.testsfailed > failed:
+        more = extra() if callable(extra) else extra
         with capsys.disabled():
-            print(f"\n{airflow.log_tail(150)}{extra}")
+            print(f"\n{airflow.log_tail(150)}{more}")
