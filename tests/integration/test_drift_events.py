@@ -214,6 +214,26 @@ async def test_a_fresh_start_probes_what_was_written_before_any_stream(
     assert signal == DriftSignal("users", (SPLIT_NAME,), 0, "probe")
 
 
+async def test_a_position_whose_history_is_gone_starts_afresh_and_probes(
+    kit: Migronaut, adb: AsyncDatabase[Any], db: Database[dict[str, Any]]
+) -> None:
+    # Written while nobody waited; the saved token, moved back to the epoch's first
+    # second, points before the oplog. A re-fire is not due: only the fresh start probes.
+    with db.users.watch() as stream:
+        old_users(db, 4000, 1)
+        real = stream.next()["_id"]
+    ancient = {"_data": "82" + "0000000100000001" + real["_data"][18:]}
+    await save_drift_position_async(adb, NAMES, "users", ancient, fired=True)
+
+    signal = await signal_within(
+        asyncio.create_task(next_drift_signal(adb, NAMES, "users", settings()))
+    )
+
+    assert signal == DriftSignal("users", (SPLIT_NAME,), 0, "probe")
+    saved = await read_drift_position_async(adb, NAMES, "users")
+    assert saved.resume_token is not None and saved.resume_token != ancient
+
+
 async def test_nothing_is_served_while_no_migration_of_the_collection_is_completed(
     mongo_uri: str, adb: AsyncDatabase[Any], db: Database[dict[str, Any]], tmp_path: Path
 ) -> None:

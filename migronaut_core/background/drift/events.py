@@ -14,9 +14,9 @@ collection, none while a revert is at work), the stream's pipeline
 When the position moves, and why nothing is missed:
 
 - A stream starts after the saved token; with none (first start, or history
-  gone) it starts now, its first position is saved at once, and the collection
-  is probed (:func:`verify`'s query): documents written before the stream are
-  the probe's.
+  gone) it starts now, the collection is probed (:func:`verify`'s query:
+  documents written before the stream are the probe's), and only then is its
+  first position saved — a saved position means everything before it was seen.
 - Change events only *suggest* drift. After a burst of them the collection is
   probed for old-shape documents of a completed migration (known failed ones
   excluded). None: the writes are already healed (or rewritten since), and the
@@ -247,9 +247,9 @@ class _DriftWait:
             return None, None, True
         async with stream:
             if token is None:
-                # A fresh start: save where the stream begins, then probe what came before.
+                # A fresh start: probe what came before the stream, then save where it
+                # begins (the probe saves). Dying in between only means starting afresh.
                 token = stream.resume_token
-                await self._save(token)
                 refire_due = True
             if refire_due:
                 signal = await self._probe_and_fire(edges, "probe", token)
