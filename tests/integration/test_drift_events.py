@@ -21,6 +21,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.database import Database
 
 from migronaut_core import Migronaut
+from migronaut_core.background.drift import events as events_module
 from migronaut_core.background.drift.events import (
     DriftSignal,
     drift_event_settings,
@@ -147,6 +148,18 @@ async def test_old_shape_writes_signal_once_with_names_and_counts_only(
     }
     position = await read_drift_position_async(adb, NAMES, "users")
     assert position.fired == 1 and position.fired_seconds_ago is not None
+
+
+async def test_a_steady_stream_of_old_shape_writes_is_probed_every_max_burst_events(
+    kit: Migronaut,
+    adb: AsyncDatabase[Any],
+    db: Database[dict[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(events_module, "MAX_BURST", 5)
+    wait = await started(adb)
+    old_users(db, 1000, 20)
+    assert await signal_within(wait) == DriftSignal("users", (SPLIT_NAME,), 5, "stream")
 
 
 async def test_a_new_wait_resumes_after_the_saved_position_and_misses_nothing(

@@ -73,6 +73,10 @@ log = logging.getLogger(__name__)
 Document = dict[str, Any]
 SignalSource = Literal["stream", "probe"]
 
+#: At most this many events are read before the collection is probed (a steady
+#: stream of old-shape writes is still signalled).
+MAX_BURST = 1000
+
 
 @dataclass(frozen=True, slots=True)
 class DriftEventSettings:
@@ -267,7 +271,8 @@ class _DriftWait:
                     return None, None, True
                 if change is not None:
                     seen += 1
-                    continue  # drain the burst before probing once
+                    if seen < MAX_BURST:
+                        continue  # drain the burst before probing once
                 token = stream.resume_token or token
                 if seen:
                     self.events += seen
