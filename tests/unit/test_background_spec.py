@@ -937,9 +937,9 @@ def test_update_refuses_functions_and_conflicting_settings() -> None:
 
 def test_update_mode_defaults_to_larger_batches() -> None:
     spec, _ = resolve_update()
-    assert spec.batch_size == 2_000
+    assert spec.batch_size == 10_000
     assert resolve_update(adaptive=True)[0].adaptive == AdaptiveSettings(
-        min_batch_size=200, max_batch_size=2_000, increase=200
+        min_batch_size=1_000, max_batch_size=10_000, increase=1_000
     )
     assert resolve_update(batch_size=500)[0].batch_size == 500
     assert resolve().batch_size == 500
