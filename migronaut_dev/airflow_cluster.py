@@ -55,7 +55,7 @@ HOSTNAME_ENV = "MIGRONAUT_CLUSTER_HOSTNAME"
 SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
 #: Seconds after which the scheduler fails a running task whose worker stopped
 #: heartbeating (Airflow's default is 300): a killed worker's tasks are retried soon.
-TASK_HEARTBEAT_TIMEOUT = 20
+TASK_HEARTBEAT_TIMEOUT = 15
 
 
 def component_hostname() -> str:

@@ -98,12 +98,14 @@ def write_migration(
     doc_seconds: float,
     extra: str = "",
     mode: str = "python",
+    name: str = NAME,
 ) -> Path:
     """Write the chaos migration file; ``doc_seconds`` is the transform's cost per document.
 
     ``mode="update"`` writes it as an update pipeline (:data:`MIGRATION_UPDATE`),
     kept at the same pace by a throttle pause of ``doc_seconds`` per document of
-    a batch, so a fault still lands while the lanes work.
+    a batch, so a fault still lands while the lanes work. ``name``: the file's name
+    (the Airflow cluster tests give each scenario its own DAG).
     """
     directory.mkdir(parents=True, exist_ok=True)
     template = MIGRATION
@@ -114,7 +116,7 @@ def write_migration(
     source = template.format(
         batch_size=batch_size, max_parallel=max_parallel, doc_seconds=doc_seconds, extra=extra
     )
-    path = directory / f"{NAME}.py"
+    path = directory / f"{name}.py"
     path.write_text(textwrap.dedent(source))
     return path
 
@@ -301,14 +303,14 @@ def migrated_count(db: Database[dict[str, Any]]) -> int:
 # -- the end state -------------------------------------------------------------------------
 
 
-def status_of(uri: str, db_name: str, migrations: Path) -> dict[str, Any]:
+def status_of(uri: str, db_name: str, migrations: Path, name: str = NAME) -> dict[str, Any]:
     with make_kit(uri, db_name, migrations) as kit:
-        view = kit.background_status(NAME)
+        view = kit.background_status(name)
     assert view is not None
     return dict(view)
 
 
-def drive_remaining(uri: str, db_name: str, migrations: Path) -> bool:
+def drive_remaining(uri: str, db_name: str, migrations: Path, name: str = NAME) -> bool:
     """Reopen and finish the migration if old-shape documents reappeared after it completed.
 
     The application may insert one after the last pass counted none; the design
@@ -317,8 +319,8 @@ def drive_remaining(uri: str, db_name: str, migrations: Path) -> bool:
     with make_kit(uri, db_name, migrations) as kit:
         if kit.db.users.count_documents({"_v": 1}, limit=1) == 0:
             return False
-        kit.retry_background(NAME, reason="the application inserted after the last pass")
-        kit.run_background(NAME, concurrency=2)
+        kit.retry_background(name, reason="the application inserted after the last pass")
+        kit.run_background(name, concurrency=2)
     return True
 
 
@@ -341,12 +343,17 @@ def assert_each_document_migrated_once(
 
 
 def assert_nothing_lost(
-    db: Database[dict[str, Any]], uri: str, migrations: Path, app: AppWriter, seeded: int
+    db: Database[dict[str, Any]],
+    uri: str,
+    migrations: Path,
+    app: AppWriter,
+    seeded: int,
+    name: str = NAME,
 ) -> dict[str, Any]:
     """The end of every chaos scenario: each seeded and inserted document migrated
     once, totals to match, every acknowledged application write kept. Returns the
     migration's status."""
-    view = status_of(uri, db.name, migrations)
+    view = status_of(uri, db.name, migrations, name)
     assert_each_document_migrated_once(db, view, seeded + len(app.inserted))
     app.assert_no_write_lost(db, seeded)
     return view
