@@ -4,6 +4,10 @@
   demo (``python -m migronaut_dev.mongod start|uri|stop``).
 - :mod:`migronaut_dev.airflow_standalone` — ``airflow standalone`` on loopback,
   driven through its REST API (end-to-end tests and the demo).
+- :mod:`migronaut_dev.airflow_cluster` — a production-shaped Airflow on loopback:
+  Celery workers, PostgreSQL, Redis (``python -m migronaut_dev.airflow_cluster``);
+  :mod:`migronaut_dev.services` starts the two servers, :mod:`migronaut_dev.airflow_api`
+  is the REST driving both harnesses share.
 - :mod:`migronaut_dev.demo` — the Airflow half of ``scripts/demo.sh``.
 - :mod:`migronaut_dev.endpoints` — a free loopback port, and the Airflow ``mongo``
   connection of a MongoDB URI (the demo, the tests and the benchmarks share both).

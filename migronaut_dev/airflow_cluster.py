@@ -422,7 +422,13 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupted)
-    cluster = AirflowCluster(root, dags, workers=args.workers, worker_concurrency=args.concurrency)
+    # Inherited AIRFLOW* variables are dropped, connections given this way are kept.
+    connections = {
+        key: value for key, value in os.environ.items() if key.startswith("AIRFLOW_CONN_")
+    }
+    cluster = AirflowCluster(
+        root, dags, connections, workers=args.workers, worker_concurrency=args.concurrency
+    )
     try:
         with cluster:
             print(f"Airflow (CeleryExecutor) at {cluster.url}")

@@ -3,7 +3,7 @@
 #
 # As root on Debian it first installs with apt-get what is missing: python3-venv when
 # ensurepip is, and the libraries the bundled mongod needs; elsewhere it names the
-# command.
+# command. ensure_cluster_services does the same for PostgreSQL and Redis.
 # .venv/ at the repository root gets uv (from pip), then, through uv and from the
 # index pip is configured with: both distributions editable (distributions/core with
 # its `rich` extra, distributions/airflow) and the development project (the top-level
@@ -70,6 +70,26 @@ ensure_mongod_libraries() {
     # shellcheck disable=SC2086  # one package a word
     apt_install "the bundled mongod needs $(echo $missing)" $missing \
       || echo "==> without them the bundled mongod will not start" >&2
+  fi
+}
+
+# The servers of the production-shaped Airflow (migronaut_dev/airflow_cluster.py): the
+# PostgreSQL metadata database and the Redis broker, from Debian's packages. PostgreSQL
+# keeps its programs in /usr/lib/postgresql/<major>/bin, off PATH.
+missing_cluster_packages() {
+  if ! compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null && ! command -v pg_ctl >/dev/null; then
+    echo postgresql
+  fi
+  if ! command -v redis-server >/dev/null; then echo redis-server; fi
+}
+
+ensure_cluster_services() {
+  local missing
+  missing="$(missing_cluster_packages)"
+  if [ -n "$missing" ]; then
+    # shellcheck disable=SC2086  # one package a word
+    apt_install "the Celery cluster tests need $(echo $missing)" $missing \
+      || echo "==> without them the cluster tests (tests/airflow_cluster) will fail" >&2
   fi
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set everything up and run the whole test suite: lint, types, import contracts, then
-# unit, integration, Airflow, chaos and packaging tests.
+# unit, integration, Airflow (standalone and the Celery cluster), chaos and packaging tests.
 # Extra arguments go to pytest (e.g. `bash scripts/test.sh -k lock`).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
@@ -12,6 +12,9 @@ if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
   apt_install "the browser test needs chromium and chromium-driver" chromium chromium-driver \
     || echo "==> without them the browser test will fail" >&2
 fi
+
+# The cluster tests (tests/airflow_cluster) run Airflow on PostgreSQL and Redis.
+ensure_cluster_services
 
 echo "==> ruff"
 "$VENV/bin/ruff" check .
