@@ -360,17 +360,24 @@ class AirflowCluster(AirflowApi):
         except KeyError:
             raise AirflowHarnessError(f"no process {name!r}; there are {self.names}") from None
 
-    def kill(self, name: str, sig: int = signal.SIGKILL) -> list[psutil.Process]:
+    def kill(
+        self, name: str, sig: int = signal.SIGKILL, timeout: float = 60.0
+    ) -> list[psutil.Process]:
         """Send ``sig`` to process ``name``: its group and every descendant (task runners too).
 
-        With the default SIGKILL this is a machine lost mid-task: nothing of it runs a
-        ``finally``. The process stays down until :meth:`restart`; until then the
-        cluster does not count it as died. Returns the processes signalled.
+        SIGKILL is a machine lost mid-task: nothing of it runs a ``finally``. SIGKILL,
+        SIGTERM and SIGINT wait until all of it has exited (up to ``timeout``); from
+        then on the process is down, not died, until :meth:`restart`. Returns the
+        processes signalled.
+
+        :raises AirflowHarnessError: it was still running after ``timeout``.
         """
         component = self.component(name)
         signalled = component.signal(sig)
-        if sig == signal.SIGKILL:
-            psutil.wait_procs(signalled, timeout=10.0)
+        if sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):
+            _, left = psutil.wait_procs(signalled, timeout=timeout)
+            if left:
+                raise AirflowHarnessError(f"{name} still runs {len(left)} process(es)")
             if component.process is not None:
                 component.process.wait(timeout=10.0)
             component.process = None
