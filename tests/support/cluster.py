@@ -59,6 +59,9 @@ for _name in background_migration_names(_target.migrations_dir):
     _dag = background_dag(_name, _target, {options})
     globals()[_dag.dag_id] = _dag
 """
+#: The share of the seeded documents migrated before :meth:`Scenario.finish` stops the
+#: application's writes.
+APP_WRITES_UNTIL = 0.9
 #: Where the cluster's connection points when a scenario names no database.
 DEFAULT_DATABASE = "migronaut_cluster"
 
@@ -158,20 +161,28 @@ class Scenario:
         return next(ti for ti in tasks if ti["task_id"] == task_id)
 
     def finish(self, timeout: float = 240.0) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """Stop the application, wait for the migration and the DAG's runs; check the end.
+        """Let the application write until the first pass is nearly through; check the end.
 
-        Every seeded and inserted document migrated exactly once, the totals say so,
-        no acknowledged application write lost, every DAG run succeeded. Returns the
+        Then waits for the migration to complete and the DAG's runs to finish. Every
+        seeded and inserted document migrated exactly once, the totals say so, no
+        acknowledged application write lost, every DAG run succeeded. Returns the
         migration's status and the DAG's runs.
         """
         assert self.app is not None, "not started"
-        self.app.stop()
 
         def completed() -> dict[str, Any] | None:
             view = status_of(self.cluster.mongo_uri, self.db.name, self.migrations, self.name)
             assert view["status"] not in ("failed", "cancelled"), view
             return view if view["status"] == "completed" else None
 
+        # The application writes until the first pass is nearly through; the passes
+        # after it take the old-shape documents it inserted meanwhile.
+        self.airflow.wait_until(
+            lambda: self.migrated() >= self.seeded * APP_WRITES_UNTIL or completed(),
+            timeout,
+            f"{self.name} did not get far",
+        )
+        self.app.stop()
         self.airflow.wait_until(completed, timeout, f"{self.name} did not complete")
 
         def finished() -> list[dict[str, Any]] | None:
