@@ -230,6 +230,8 @@ class AirflowCluster(AirflowApi):
                 "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": "10",
                 "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "5",
                 "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10",
+                # A test's new DAG file is found within seconds.
+                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "3",
             }
         )
         env.update(self.extra_env)

@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.timeout(420)]
 #: The migration of the fault tests: 4 ms a document, 50 a batch, 5 s slices — a
 #: lane is inside a slice most of the time, and the work outlasts a fault.
 FAULT_MIGRATION: dict[str, Any] = {
-    "documents": 4_000,
+    "documents": 3_000,
     "doc_seconds": 0.004,
     "batch_size": 50,
     "extra": '"slice_ms": 5000,',
@@ -45,7 +45,7 @@ def test_lanes_of_50000_documents_run_on_both_workers(
     airflow_cluster: Cluster, scenarios: list[Scenario]
 ) -> None:
     scenario = airflow_cluster.scenario(
-        "spread", documents=50_000, doc_seconds=0.0, batch_size=250, extra='"slice_ms": 10000,'
+        "spread", documents=50_000, doc_seconds=0.0, batch_size=500, extra='"slice_ms": 15000,'
     )
     scenarios.append(scenario)
     started = time.monotonic()
