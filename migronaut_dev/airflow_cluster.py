@@ -68,8 +68,8 @@ def component_hostname() -> str:
 
 
 @dataclass
-class _Component:
-    """One Airflow process the cluster runs (and may restart)."""
+class ClusterProcess:
+    """One Airflow process of a cluster (its group and descendants), which it may restart."""
 
     name: str
     argv: list[str]
@@ -165,7 +165,7 @@ class AirflowCluster(AirflowApi):
         self.postgres = PostgresServer(self.logs / "postgres.log")
         self.redis = RedisServer(self.logs / "redis.log")
         self.env: dict[str, str] = {}
-        self._components: dict[str, _Component] = {}
+        self._components: dict[str, ClusterProcess] = {}
         self._started = False
 
     # -- lifecycle --------------------------------------------------------------------
@@ -258,7 +258,7 @@ class AirflowCluster(AirflowApi):
     def _airflow() -> str:
         return str(Path(sys.executable).with_name("airflow"))
 
-    def _component(self, name: str) -> _Component:
+    def _component(self, name: str) -> ClusterProcess:
         argv = [self._airflow()]
         if name in self.worker_names:
             argv += [
@@ -275,7 +275,7 @@ class AirflowCluster(AirflowApi):
         else:
             argv.append(name)
         env = {**self.env, HOSTNAME_ENV: name}
-        return _Component(name, argv, env, self.logs / f"{name}.log")
+        return ClusterProcess(name, argv, env, self.logs / f"{name}.log")
 
     def _wait_for_workers(self) -> None:
         """Wait until every worker says it is ready to take tasks."""
@@ -356,7 +356,8 @@ class AirflowCluster(AirflowApi):
         """The Airflow processes it runs: ``api-server``, …, ``worker-1``, ``worker-2``."""
         return list(self._components)
 
-    def component(self, name: str) -> _Component:
+    def component(self, name: str) -> ClusterProcess:
+        """Process ``name`` (``worker-1``, ``scheduler``, …): its Popen, its live processes."""
         try:
             return self._components[name]
         except KeyError:
