@@ -31,6 +31,7 @@ from pymongo import MongoClient
 from pymongo.database import Database
 
 from migronaut_airflow.operators.background import dag_id_for
+from migronaut_dev.airflow_api import AirflowHarnessError
 from migronaut_dev.airflow_cluster import AirflowCluster
 from migronaut_dev.endpoints import airflow_connection
 from tests.support.app_writer import AppWriter
@@ -183,7 +184,10 @@ class Scenario:
             f"{self.name} did not get far",
         )
         self.app.stop()
-        self.airflow.wait_until(completed, timeout, f"{self.name} did not complete")
+        try:
+            self.airflow.wait_until(completed, timeout, f"{self.name} did not complete")
+        except AirflowHarnessError as exc:
+            raise AssertionError(f"{exc}; {self.describe()}") from exc
 
         def finished() -> list[dict[str, Any]] | None:
             runs = self.airflow.dag_runs(self.dag_id)
@@ -205,6 +209,21 @@ class Scenario:
         )
         assert [run["state"] for run in runs] == ["success"] * len(runs), runs
         return view, runs
+
+    def describe(self) -> str:
+        """The migration's status and every run's task states, for a failure message."""
+        view = status_of(self.cluster.mongo_uri, self.db.name, self.migrations, self.name)
+        runs = {
+            run["dag_run_id"]: (
+                run["state"],
+                sorted(
+                    (ti["task_id"], ti["map_index"], ti["state"], ti["try_number"])
+                    for ti in self.airflow.task_instances(self.dag_id, run["dag_run_id"])
+                ),
+            )
+            for run in self.airflow.dag_runs(self.dag_id)
+        }
+        return f"status {view['status']}, totals {view['totals']}; runs {runs}"
 
     def close(self) -> None:
         """Stop writing, pause the DAG, remove its file and drop the database."""
