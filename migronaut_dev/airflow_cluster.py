@@ -56,6 +56,9 @@ SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
 #: Seconds after which the scheduler fails a running task whose worker stopped
 #: heartbeating (Airflow's default is 300): a killed worker's tasks are retried soon.
 TASK_HEARTBEAT_TIMEOUT = 15
+#: Seconds a task may stay queued before the scheduler requeues it: a killed worker
+#: takes the tasks it had received but not started with it.
+TASK_QUEUED_TIMEOUT = 30
 
 
 def component_hostname() -> str:
@@ -226,6 +229,10 @@ class AirflowCluster(AirflowApi):
                 "AIRFLOW__CORE__HOSTNAME_CALLABLE": f"{__name__}.component_hostname",
                 "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": str(TASK_HEARTBEAT_TIMEOUT),
                 "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "2",
+                # A task a killed worker had received but not started stays queued until
+                # this timeout requeues it (Airflow's default: 600 s, checked every 120 s).
+                "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": str(TASK_QUEUED_TIMEOUT),
+                "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT_CHECK_INTERVAL": "5",
                 # A restarted scheduler or triggerer takes over its predecessor's work soon.
                 "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": "10",
                 "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "5",
