@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from pymongo import MongoClient
 from pymongo.database import Database
@@ -243,7 +244,9 @@ class LaneSampler:
 
     Records the most lanes in state ``running`` at one time (across the DAG's
     runs) and the hostnames running lanes were seen on. A deferred lane holds no
-    worker slot and is not counted.
+    worker slot and is not counted. A sample the API server does not answer in
+    time (a loaded machine) is skipped and counted in ``missed``; exiting fails
+    when most samples were missed.
     """
 
     scenario: Scenario
@@ -251,6 +254,7 @@ class LaneSampler:
     most_running: int = 0
     hostnames: set[str] = field(default_factory=set)
     samples: int = 0
+    missed: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _errors: list[BaseException] = field(default_factory=list)
@@ -264,8 +268,10 @@ class LaneSampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
-        if self._errors and exc[0] is None:
-            raise AssertionError("the lane sampler failed") from self._errors[0]
+        if self._errors and exc[0] is None and self.missed >= self.samples:
+            raise AssertionError(
+                f"the lane sampler missed {self.missed} of {self.missed + self.samples} samples"
+            ) from self._errors[-1]
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -276,12 +282,13 @@ class LaneSampler:
                     for ti in self.scenario.lanes(run_id)
                     if ti["state"] == "running"
                 ]
-            except Exception as exc:
-                self._errors.append(exc)
-                return
-            self.samples += 1
-            self.most_running = max(self.most_running, len(running))
-            self.hostnames.update(str(ti["hostname"]) for ti in running if ti.get("hostname"))
+            except (httpx.HTTPError, AirflowHarnessError) as exc:
+                self.missed += 1
+                self._errors[-1:] = [exc]
+            else:
+                self.samples += 1
+                self.most_running = max(self.most_running, len(running))
+                self.hostnames.update(str(ti["hostname"]) for ti in running if ti.get("hostname"))
             time.sleep(self.interval)
 
 
