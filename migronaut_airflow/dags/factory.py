@@ -175,6 +175,7 @@ def background_dag(
     lane_max_slices: int | None = None,
     lane_retries: int = 3,
     lane_retry_delay: timedelta = timedelta(seconds=10),
+    lane_deploy_wait: timedelta = timedelta(minutes=15),
     sensor_timeout: timedelta = timedelta(hours=24),
     no_lease_grace_seconds: float = 60.0,
     poll_interval: float = 5.0,
@@ -184,7 +185,8 @@ def background_dag(
 
     ``coordinate`` → mapped ``lane`` tasks (one per claimable slot) and the
     deferrable ``wait_for_lanes`` sensor → ``continue`` (a new run when a new pass
-    or more work is needed). One active run at a time.
+    or more work is needed). One active run at a time. A lane waits up to
+    ``lane_deploy_wait`` for a deploy to bring its worker the registered file.
 
     :param collection_asset: the migrated collection's asset, the lanes' outlet
         (lineage shows which collection the migration rewrites).
@@ -216,6 +218,7 @@ def background_dag(
             retry_delay=lane_retry_delay,
             retry_exponential_backoff=True,
             outlets=[collection_asset] if collection_asset is not None else [],
+            max_deploy_wait_seconds=lane_deploy_wait.total_seconds(),
             **connection,
         ).expand(slot=coordinate.output)
         wait = BackgroundLanesSensor(

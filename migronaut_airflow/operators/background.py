@@ -9,6 +9,7 @@ Airflow's retries apply.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -186,8 +187,15 @@ class BackgroundLaneOperator(MigronautOperator):
     ``cancelled``, ``stale`` and ``lost`` end the task successfully; a failed
     migration fails it without retries; a failed slice raises so retries apply.
 
+    A slice ``deferred`` by a deploy in progress (this worker's migration file is not
+    the registered one yet) defers the task and tries again; past
+    ``max_deploy_wait_seconds`` of that the task fails, naming the migration and
+    both checksums.
+
     :param max_slices: end the task (successfully) after this many slices even with
         work left; the next round's lanes take it. None: until nothing is left.
+    :param max_deploy_wait_seconds: how long a lane waits for a deploy to reach its
+        worker before it fails.
     """
 
     template_fields: Sequence[str] = ("migration",)
@@ -201,6 +209,7 @@ class BackgroundLaneOperator(MigronautOperator):
         slice_ms: int | None = None,
         pause_between_slices: float = 0.1,
         max_slices: int | None = None,
+        max_deploy_wait_seconds: float = 900.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -209,15 +218,23 @@ class BackgroundLaneOperator(MigronautOperator):
         self.slice_ms = slice_ms
         self.pause_between_slices = pause_between_slices
         self.max_slices = max_slices
+        self.max_deploy_wait_seconds = max_deploy_wait_seconds
 
     def execute(self, context: Context) -> dict[str, Any]:
-        return self._run({}, 0)
+        return self._run({}, 0, None)
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
         checked = check_event(event)
-        return self._run(dict(checked.get("counters") or {}), int(checked.get("slices") or 0))
+        since = checked.get("deferred_since")
+        return self._run(
+            dict(checked.get("counters") or {}),
+            int(checked.get("slices") or 0),
+            float(since) if since is not None else None,
+        )
 
-    def _run(self, counters: dict[str, int], slices: int) -> dict[str, Any]:
+    def _run(
+        self, counters: dict[str, int], slices: int, deferred_since: float | None
+    ) -> dict[str, Any]:
         slices += 1
         try:
             result = self.kit.run_background_slice(self.migration, slice_ms=self.slice_ms)
@@ -232,24 +249,36 @@ class BackgroundLaneOperator(MigronautOperator):
             raise AirflowFailException(
                 f"background migration {self.migration} failed: {result.error}"
             )
+        if result.outcome == "deferred":
+            # Wall-clock time: the wait spans deferrals, which may resume on other workers.
+            now = time.time()
+            since = deferred_since if deferred_since is not None else now
+            if now - since > self.max_deploy_wait_seconds:
+                raise fail_fast(result.deferred_too_long(self.migration, now - since))
+            self._defer_slice(
+                (result.retry_after_ms or 1000) / 1000,
+                {"counters": counters, "slices": slices, "deferred_since": since},
+            )
         out_of_slices = self.max_slices is not None and slices >= self.max_slices
         if result.outcome in ("yielded", "busy") and not out_of_slices:
             wait = self.pause_between_slices
             if result.outcome == "busy":
                 wait = max(wait, (result.retry_after_ms or 1000) / 1000)
-            self.hook.close()
-            self.defer(
-                trigger=DelayTrigger(
-                    seconds=wait, payload={"counters": counters, "slices": slices}
-                ),
-                method_name="execute_complete",
-            )
+            self._defer_slice(wait, {"counters": counters, "slices": slices})
         return {
             "outcome": result.outcome,
             "counters": counters,
             "slot": self.slot,
             "slices": slices,
         }
+
+    def _defer_slice(self, seconds: float, payload: dict[str, Any]) -> None:
+        """Free the worker slot until the next slice (raises ``TaskDeferred``)."""
+        self.hook.close()
+        self.defer(
+            trigger=DelayTrigger(seconds=max(seconds, self.pause_between_slices), payload=payload),
+            method_name="execute_complete",
+        )
 
 
 class ContinueBackgroundOperator(MigronautOperator, TriggerDagRunOperator):

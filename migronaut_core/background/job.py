@@ -181,11 +181,21 @@ def job_for(
     registered = state.get("checksum")
     if registered is not None and loaded.checksum != registered:
         raise ChecksumMismatchError(
-            f"background migration {name} changed on disk since it was registered; finish the "
-            "deploy, or pin the new version (migronaut background repin)",
-            {"migration": name},
+            f"background migration {name} changed on disk since it was registered "
+            f"({short_checksum(registered)} registered, {short_checksum(loaded.checksum)} on "
+            "disk); finish the deploy, or pin the new version (migronaut background repin)",
+            {
+                "migration": name,
+                "registered": short_checksum(registered),
+                "on_disk": short_checksum(loaded.checksum),
+            },
         )
     return build_job(rt, name, loaded, state, cancel=cancel)
+
+
+def short_checksum(checksum: str) -> str:
+    """The first 12 hex digits of a file checksum: enough to tell two releases apart."""
+    return checksum[:12]
 
 
 def build_job(

@@ -5,6 +5,10 @@ A slice answers with an outcome:
 - ``yielded`` — time is up and work is left (run another slice soon);
 - ``exhausted`` — nothing left to claim in this plan;
 - ``busy`` — work is left but every slot is held (``retry_after_ms``);
+- ``deferred`` — this process cannot work it yet (``reason``): its copy of the file
+  differs from the registered one (``checksum_mismatch``: a deploy reached some
+  workers first) or is missing (``file_missing``); try again after
+  ``retry_after_ms``, and give up with :meth:`SliceResult.deferred_too_long` past a bound;
 - ``stale`` — no current plan (the coordinator must run first), or a newer release
   wrote the state (a process of that release drives it);
 - ``paused`` / ``cancelled`` / ``failed`` — the migration's status says stop;
@@ -46,7 +50,13 @@ from migronaut_core.background.telemetry import (
     AttributeValue,
 )
 from migronaut_core.background.throttle import Throttle
-from migronaut_core.errors import BatchFailed, LockLostError, MigronautError
+from migronaut_core.errors import (
+    BatchFailed,
+    ChecksumMismatchError,
+    LockLostError,
+    MigrationFileNotFoundError,
+    MigronautError,
+)
 from migronaut_core.scrub import error_text
 from migronaut_core.server_errors import is_retryable_write
 
@@ -63,14 +73,43 @@ class SliceResult:
     counters: dict[str, int] = field(default_factory=dict)
     retry_after_ms: int | None = None
     error: str | None = None
+    #: Why a slice was ``deferred``: ``checksum_mismatch`` or ``file_missing``.
+    reason: str | None = None
+    #: A ``checksum_mismatch``'s short checksums: ``registered`` and ``on_disk``.
+    checksums: dict[str, str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"outcome": self.outcome, "counters": self.counters}
-        if self.retry_after_ms is not None:
-            data["retry_after_ms"] = self.retry_after_ms
-        if self.error is not None:
-            data["error"] = self.error
+        for key in ("retry_after_ms", "error", "reason", "checksums"):
+            value = getattr(self, key)
+            if value is not None:
+                data[key] = value
         return data
+
+    def deferred_too_long(
+        self, name: str, waited_seconds: float
+    ) -> ChecksumMismatchError | MigrationFileNotFoundError:
+        """The error a lane that kept deferring on a deploy ends with, once its caller gives up.
+
+        Names the migration, how long it waited and, for a checksum mismatch, both
+        checksums' short forms (never anything of the file's content).
+        """
+        context: dict[str, Any] = {"migration": name, "waited_seconds": round(waited_seconds)}
+        if self.reason == "file_missing":
+            return MigrationFileNotFoundError(
+                f"background migration {name}: its file has been missing on this worker for "
+                f"{waited_seconds:.0f} s; deploy it to every worker that runs lanes",
+                context,
+            )
+        checksums = self.checksums or {}
+        registered = checksums.get("registered", "?")
+        on_disk = checksums.get("on_disk", "?")
+        return ChecksumMismatchError(
+            f"background migration {name}: the file on this worker ({on_disk}) has differed "
+            f"from the registered one ({registered}) for {waited_seconds:.0f} s; finish the "
+            "deploy, or pin the new version (migronaut background repin)",
+            {**context, "registered": registered, "on_disk": on_disk},
+        )
 
 
 class LeaseKeeper:
@@ -130,7 +169,10 @@ def run_slice(
     if newer_schema(state):
         return SliceResult("stale")
     try:
-        job = job_for(rt, name, state, token)
+        try:
+            job = job_for(rt, name, state, token)
+        except (ChecksumMismatchError, MigrationFileNotFoundError) as exc:
+            return _deferred(rt, name, exc)
         # A plan made before a reshard (or by another partitioner): the coordinator re-splits first.
         if plan_is_stale(job, state["plan"]):
             return SliceResult("stale")
@@ -178,6 +220,28 @@ def run_slice(
         if result.outcome != "exhausted":
             rt.store.release(claim.lease)
             return SliceResult(result.outcome, counters)
+
+
+def _deferred(
+    rt: Runtime, name: str, error: ChecksumMismatchError | MigrationFileNotFoundError
+) -> SliceResult:
+    """A deploy in progress: this worker's file is not the registered one (yet); claim nothing."""
+    mismatch = isinstance(error, ChecksumMismatchError)
+    log.warning("%s; deferring the slice", error.message)
+    rt.telemetry.slice_ended(name, "deferred", 0.0)
+    checksums: dict[str, str] | None = None
+    if mismatch:
+        checksums = {
+            key: str(error.context[key])
+            for key in ("registered", "on_disk")
+            if key in error.context
+        }
+    return SliceResult(
+        "deferred",
+        retry_after_ms=max(1, rt.ttl_ms // 2),
+        reason="checksum_mismatch" if mismatch else "file_missing",
+        checksums=checksums or None,
+    )
 
 
 def _held(

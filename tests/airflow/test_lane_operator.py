@@ -1,0 +1,99 @@
+"""BackgroundLaneOperator against a real replica set: deploys in progress and on_kill.
+
+No Airflow metadata DB: the operator is built outside a DAG, the connection comes
+from an ``AIRFLOW_CONN_*`` variable, and ``execute`` gets an empty context.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+from pymongo.database import Database
+
+from migronaut_airflow.operators.background import BackgroundLaneOperator
+from migronaut_airflow.triggers.delay import DelayTrigger
+from migronaut_core import Migronaut
+from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
+
+pytestmark = pytest.mark.airflow
+
+CONTEXT: Any = {}
+#: The lease TTL of every kit here: a claim sooner than this was released, not reaped.
+TTL_SECONDS = 60
+
+
+@pytest.fixture
+def migrations(tmp_path: Path, migronaut_connection: str) -> Iterator[Path]:
+    directory = tmp_path / "migrations"
+    directory.mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MIGRONAUT_MIGRATIONS_DIR", str(directory))
+        yield directory
+
+
+@pytest.fixture
+def kit(mongo_uri: str, db: Database[dict[str, Any]], migrations: Path) -> Iterator[Migronaut]:
+    with make_kit(mongo_uri, db, migrations, lock_ttl_seconds=TTL_SECONDS) as kit:
+        yield kit
+
+
+def _lane(**overrides: Any) -> BackgroundLaneOperator:
+    options: dict[str, Any] = {
+        "task_id": "lane",
+        "migration": SPLIT_NAME,
+        "migronaut_config": {"lock_ttl_seconds": TTL_SECONDS},
+    }
+    options.update(overrides)
+    return BackgroundLaneOperator(**options)
+
+
+def test_a_lane_defers_through_a_deploy_and_fails_clearly_past_its_bound(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    seed_users(db, 1_000)
+    path = write_background(migrations, batch_size=100)
+    kit.up()
+    assert kit.coordinate_background(SPLIT_NAME).next == "process"
+    registered = path.read_text()
+    path.write_text(registered + "\n# release 2\n")
+    lane = _lane(max_deploy_wait_seconds=300)
+
+    with pytest.raises(TaskDeferred) as deferred:
+        lane.execute(CONTEXT)
+
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, DelayTrigger)
+    payload = trigger.serialize()[1]["payload"]
+    assert payload["slices"] == 1
+    since = payload["deferred_since"]
+    assert abs(since - time.time()) < 30
+    assert db.users.count_documents({"_v": 2}) == 0
+
+    # Still within the bound: it defers again, keeping when the wait began.
+    event = {"status": "success", **payload}
+    with pytest.raises(TaskDeferred) as again:
+        lane.execute_complete(CONTEXT, event)
+    assert again.value.trigger.serialize()[1]["payload"]["deferred_since"] == since
+
+    # Past the bound: the task fails, naming the migration and both checksums.
+    with pytest.raises(AirflowFailException) as failed:
+        lane.execute_complete(CONTEXT, {**event, "deferred_since": since - 301})
+    message = str(failed.value)
+    assert message.startswith("CHECKSUM_MISMATCH: ")
+    assert SPLIT_NAME in message
+    state = db.migronaut_background.find_one({"_id": SPLIT_NAME})
+    assert state is not None
+    assert state["checksum"][:12] in message
+    assert "release 2" not in message
+
+    # The deploy lands: the same lane works on.
+    path.write_text(registered)
+    result = lane.execute_complete(CONTEXT, event)
+    assert result["outcome"] == "exhausted", result
+    assert result["counters"]["migrated"] == 1_000
+    lane.hook.close()
