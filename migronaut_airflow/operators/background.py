@@ -9,6 +9,7 @@ Airflow's retries apply.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from functools import cached_property
@@ -20,7 +21,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from migronaut_airflow.hooks.migronaut import MigronautHook, mongo_conn_id_from
 from migronaut_airflow.triggers.delay import DelayTrigger
-from migronaut_core import Answer, Driver, Migronaut, MigronautError
+from migronaut_core import Answer, CancelToken, Driver, Migronaut, MigronautError
 from migronaut_core.background.control.actions import check_control
 
 if TYPE_CHECKING:
@@ -219,6 +220,7 @@ class BackgroundLaneOperator(MigronautOperator):
         self.pause_between_slices = pause_between_slices
         self.max_slices = max_slices
         self.max_deploy_wait_seconds = max_deploy_wait_seconds
+        self._cancel: CancelToken | None = None
 
     def execute(self, context: Context) -> dict[str, Any]:
         return self._run({}, 0, None)
@@ -236,8 +238,11 @@ class BackgroundLaneOperator(MigronautOperator):
         self, counters: dict[str, int], slices: int, deferred_since: float | None
     ) -> dict[str, Any]:
         slices += 1
+        self._cancel = CancelToken()
         try:
-            result = self.kit.run_background_slice(self.migration, slice_ms=self.slice_ms)
+            result = self.kit.run_background_slice(
+                self.migration, slice_ms=self.slice_ms, cancel=self._cancel
+            )
         except MigronautError as exc:
             raise fail_fast(exc) from exc
         for key, value in result.counters.items():
@@ -271,6 +276,23 @@ class BackgroundLaneOperator(MigronautOperator):
             "slot": self.slot,
             "slices": slices,
         }
+
+    def on_kill(self) -> None:
+        """Stop the slice at its next batch boundary: it checkpoints and releases its lease.
+
+        Airflow calls this when the task is cleared or marked failed, or its worker
+        shuts down warmly (SIGTERM). The partition is given back at once, so the next
+        lane claims it now instead of after the lease's TTL. The client stays open:
+        the slice needs it to checkpoint and release; the task's process ends after.
+        """
+        cancel = self._cancel
+        if cancel is None:
+            return
+        # on_kill runs in a signal handler on the very thread working the slice: cancel
+        # from another one, so the handler never waits on a lock that thread holds.
+        threading.Thread(
+            target=cancel.cancel, args=("the Airflow task was killed",), daemon=True
+        ).start()
 
     def _defer_slice(self, seconds: float, payload: dict[str, Any]) -> None:
         """Free the worker slot until the next slice (raises ``TaskDeferred``)."""

@@ -6,6 +6,7 @@ from an ``AIRFLOW_CONN_*`` variable, and ``execute`` gets an empty context.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ from pymongo.database import Database
 from migronaut_airflow.operators.background import BackgroundLaneOperator
 from migronaut_airflow.triggers.delay import DelayTrigger
 from migronaut_core import Migronaut
-from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
+from tests.support.background import SPLIT_NAME, make_kit, seed_users, wait_until, write_background
 
 pytestmark = pytest.mark.airflow
 
@@ -97,3 +98,37 @@ def test_a_lane_defers_through_a_deploy_and_fails_clearly_past_its_bound(
     assert result["outcome"] == "exhausted", result
     assert result["counters"]["migrated"] == 1_000
     lane.hook.close()
+
+
+def test_on_kill_stops_the_slice_and_releases_its_lease_for_the_next_lane(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    seed_users(db, 1_500)
+    # One slot: the next lane can claim only if the killed one let go.
+    write_background(migrations, batch_size=50, max_parallel=1, per_document_seconds=0.002)
+    kit.up()
+    assert kit.coordinate_background(SPLIT_NAME).next == "process"
+    victim = _lane(slice_ms=600_000)
+    results: list[dict[str, Any]] = []
+    worker = threading.Thread(target=lambda: results.append(victim.execute(CONTEXT)))
+    worker.start()
+    wait_until(lambda: db.users.count_documents({"_v": 2}) >= 100, 30, "the lane to work")
+
+    killed_at = time.monotonic()
+    victim.on_kill()
+    worker.join(timeout=30)
+    assert not worker.is_alive()
+    [stopped] = results
+    assert stopped["outcome"] == "stopped"
+    assert stopped["counters"]["migrated"] == db.users.count_documents({"_v": 2})
+    assert db.migronaut_background_partitions.count_documents({"lease": {"$exists": True}}) == 0
+
+    successor = _lane(slice_ms=200, max_slices=1)
+    result = successor.execute(CONTEXT)
+    reclaimed_within = time.monotonic() - killed_at
+    print(f"\nthe next lane worked {reclaimed_within:.2f} s after on_kill")
+    assert result["outcome"] == "yielded", result
+    assert result["counters"]["migrated"] > 0
+    assert reclaimed_within < TTL_SECONDS / 4  # released, not reaped after the TTL
+    victim.hook.close()
+    successor.hook.close()

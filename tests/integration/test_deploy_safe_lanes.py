@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -9,9 +11,9 @@ from typing import Any
 import pytest
 from pymongo.database import Database
 
-from migronaut_core import Migronaut
+from migronaut_core import CancelToken, Migronaut, SliceResult
 from migronaut_core.errors import ChecksumMismatchError
-from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
+from tests.support.background import SPLIT_NAME, make_kit, seed_users, wait_until, write_background
 
 #: A lease TTL no test here could outwait: a claim that comes sooner was released, not reaped.
 LONG_TTL_SECONDS = 60
@@ -102,3 +104,51 @@ def test_a_lane_whose_file_is_missing_defers_with_its_own_reason(
     assert error.code == "MIGRATION_FILE_NOT_FOUND"
     assert SPLIT_NAME in error.message
     assert _leased(db) == 0
+
+
+def test_a_cancelled_slice_checkpoints_and_releases_its_lease_for_the_next_claim(
+    kit: Migronaut,
+    mongo_uri: str,
+    db: Database[dict[str, Any]],
+    migrations: Path,
+) -> None:
+    seed_users(db, 1_500)
+    # One lane at a time (max_parallel 1): a second claim gets the slot only if it was released.
+    write_background(migrations, batch_size=50, max_parallel=1, per_document_seconds=0.002)
+    kit.up()
+    assert kit.coordinate_background(SPLIT_NAME).next == "process"
+    token = CancelToken()
+    results: list[SliceResult] = []
+    worker = threading.Thread(
+        target=lambda: results.append(
+            kit.run_background_slice(SPLIT_NAME, slice_ms=600_000, cancel=token)
+        )
+    )
+    worker.start()
+    wait_until(lambda: db.users.count_documents({"_v": 2}) >= 100, 30, "the slice to work")
+
+    cancelled_at = time.monotonic()
+    token.cancel("worker shutting down")
+    worker.join(timeout=30)
+    assert not worker.is_alive()
+    stopped_within = time.monotonic() - cancelled_at
+    [stopped] = results
+    assert stopped.outcome == "stopped"
+    assert _leased(db) == 0
+    partition = db.migronaut_background_partitions.find_one({})
+    assert partition is not None and partition["status"] == "running"
+    # Checkpointed: its cursor and counters cover exactly what it wrote.
+    assert partition["counters"]["migrated"] == stopped.counters["migrated"]
+    assert stopped.counters["migrated"] == db.users.count_documents({"_v": 2})
+
+    with make_kit(mongo_uri, db, migrations, lock_ttl_seconds=LONG_TTL_SECONDS) as successor:
+        claimed = successor.run_background_slice(SPLIT_NAME, slice_ms=200)
+        claimed_within = time.monotonic() - cancelled_at
+        assert claimed.outcome in ("yielded", "exhausted"), claimed
+        assert claimed.counters["migrated"] > 0
+        print(f"\nstopped {stopped_within:.2f} s and reclaimed {claimed_within:.2f} s after cancel")
+        # Well before the 60 s TTL could have lapsed: the lease was given back, not reaped.
+        assert claimed_within < LONG_TTL_SECONDS / 4
+        status = successor.run_background(SPLIT_NAME)
+    assert status["totals"]["migrated"] == 1_500
+    assert db.users.count_documents({"_v": 2}) == 1_500
