@@ -19,7 +19,9 @@ with arguments):
   beside this file);
 - ``MIGRONAUT_CONN_ID``: a ``mongo`` connection whose schema is the database
   (default ``migronaut_default``);
-- ``MIGRONAUT_DRIFT_SCHEDULE``: a cron expression or preset for the drift DAG.
+- ``MIGRONAUT_DRIFT_SCHEDULE``: a cron expression or preset for the drift DAG;
+- ``MIGRONAUT_LANE_POOL``: the Airflow pool every lane task runs in (default
+  ``default_pool``).
 """
 
 from __future__ import annotations

@@ -55,6 +55,8 @@ DRIFT_EVENTS_DAG_ID = "migronaut_drift_events"
 #: Lanes run before the sensor that waits for them (``dag.test()`` runs one task at a time).
 LANE_PRIORITY = 100
 SENSOR_PRIORITY = 1
+#: The Airflow pool of every lane task when ``build_dags`` is given none.
+LANE_POOL_ENV = "MIGRONAUT_LANE_POOL"
 
 
 def background_migration_names(migrations_dir: str | os.PathLike[str]) -> list[str]:
@@ -176,6 +178,7 @@ def background_dag(
     lane_retries: int = 3,
     lane_retry_delay: timedelta = timedelta(seconds=10),
     lane_deploy_wait: timedelta = timedelta(minutes=15),
+    lane_pool: str | None = None,
     sensor_timeout: timedelta = timedelta(hours=24),
     no_lease_grace_seconds: float = 60.0,
     poll_interval: float = 5.0,
@@ -190,8 +193,13 @@ def background_dag(
 
     :param collection_asset: the migrated collection's asset, the lanes' outlet
         (lineage shows which collection the migration rewrites).
+    :param lane_pool: the Airflow pool the lane tasks run in (default
+        ``$MIGRONAUT_LANE_POOL``, else Airflow's default pool): its slots cap how many
+        lanes of all migrations write at once. The coordinator and the sensor stay out
+        of it, so a full pool never holds up a round's bookkeeping.
     """
     connection = target.operator_args()
+    pool = lane_pool or os.environ.get(LANE_POOL_ENV)
     with DAG(
         dag_id=dag_id_for(migration),
         schedule=None,
@@ -219,6 +227,7 @@ def background_dag(
             retry_exponential_backoff=True,
             outlets=[collection_asset] if collection_asset is not None else [],
             max_deploy_wait_seconds=lane_deploy_wait.total_seconds(),
+            **({"pool": pool} if pool else {}),
             **connection,
         ).expand(slot=coordinate.output)
         wait = BackgroundLanesSensor(
