@@ -27,6 +27,7 @@ from migronaut_core.background.drift.events import (
 from migronaut_core.background.dry_run import DryRunReport, StepDryRunReport
 from migronaut_core.background.indexes import ConvergeReport, PruneReport
 from migronaut_core.background.lanes.lane import SliceResult
+from migronaut_core.background.telemetry import MetricsSink
 from migronaut_core.background.views import BackgroundStatusView, PartitionView
 from migronaut_core.baseline import BaselineResult
 from migronaut_core.changelog import Actor
@@ -87,6 +88,7 @@ __all__ = [
     "IrreversibleMigrationError",
     "LockAlreadyHeldError",
     "LockLostError",
+    "MetricsSink",
     "MigrationContext",
     "MigrationFailedError",
     "MigrationFileNotFoundError",

@@ -13,6 +13,7 @@ from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow.providers.mongo.hooks.mongo import MongoHook
 from airflow.sdk.bases.hook import BaseHook
 
+from migronaut_airflow.hooks.metrics import AirflowStatsSink
 from migronaut_core import Migronaut, load_config
 from migronaut_core.errors import ConfigInvalidError
 
@@ -23,6 +24,9 @@ MIGRATIONS_DIR_ENV = "MIGRONAUT_MIGRATIONS_DIR"
 
 class MigronautHook(BaseHook):
     """Builds one :class:`~migronaut_core.Migronaut` kit per task process.
+
+    The kit reports its background metrics through Airflow's configured metrics
+    backend (:class:`~migronaut_airflow.hooks.metrics.AirflowStatsSink`).
 
     The connection is a ``mongo`` connection (``apache-airflow-providers-mongo``):
     host, port, credentials, TLS/SRV extras; its *schema* is the database unless
@@ -75,7 +79,9 @@ class MigronautHook(BaseHook):
                 "migrations_dir": self._migrations_dir(),
             }
             config = load_config(overrides, env={}, cwd=Path(overrides["migrations_dir"]).parent)
-            self._kit = Migronaut(config, client=self._mongo.get_conn())
+            self._kit = Migronaut(
+                config, client=self._mongo.get_conn(), metrics_sink=AirflowStatsSink()
+            )
         return self._kit
 
     def _migrations_dir(self) -> str:

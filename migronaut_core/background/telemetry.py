@@ -22,13 +22,21 @@ docs/background.md):
 Attributes carry migration names, outcomes, reasons, error class names, shard
 names, partition ids (migronaut's own ObjectIds) and counts: never a document
 value, never an ``_id``, never an error's message.
+
+A :class:`MetricsSink` given to the kit (``Migronaut(metrics_sink=…)``) receives
+the same measurements as StatsD-style counters and timers, whether or not
+``opentelemetry`` is installed: the Airflow provider installs one that sends them
+through Airflow's configured metrics backend. Its names (:data:`SINK_METRICS`) are
+``migronaut.<what>``, tagged with ``migration``, ``collection`` (once known),
+``outcome``/``reason`` and ``shard`` as above.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 try:
     from opentelemetry import metrics, trace
@@ -45,10 +53,14 @@ if TYPE_CHECKING:
 __all__ = [
     "AVAILABLE",
     "NO_TELEMETRY",
+    "SINK_METRICS",
     "AttributeValue",
+    "MetricsSink",
     "SpanAttributes",
     "Telemetry",
 ]
+
+log = logging.getLogger(__name__)
 
 #: The instrumentation scope of every span and instrument.
 SCOPE: Final = "migronaut"
@@ -77,6 +89,28 @@ METRIC_BATCH_SIZE: Final = "migronaut.background.batch.size"
 METRIC_TRANSACTION_RETRIES: Final = "migronaut.background.transaction.retries"
 METRIC_THROTTLED: Final = "migronaut.background.throttled"
 METRIC_LEASES_RECLAIMED: Final = "migronaut.background.leases.reclaimed"
+METRIC_LEASES_CLAIMED: Final = "migronaut.background.leases.claimed"
+METRIC_LEASES_LOST: Final = "migronaut.background.leases.lost"
+
+SINK_SLICE_DURATION: Final = "migronaut.slice.duration"
+SINK_BATCH_DURATION: Final = "migronaut.batch.duration"
+SINK_BATCH_DOCUMENTS: Final = "migronaut.batch.documents"
+SINK_TRANSACTION_RETRIES: Final = "migronaut.transaction.retries"
+SINK_THROTTLED: Final = "migronaut.throttled"
+SINK_LEASES_CLAIMED: Final = "migronaut.lease.claimed"
+SINK_LEASES_RECLAIMED: Final = "migronaut.lease.reclaimed"
+SINK_LEASES_LOST: Final = "migronaut.lease.lost"
+#: Every name a :class:`MetricsSink` receives, with its kind (``timing`` in ms, or ``incr``).
+SINK_METRICS: Final = {
+    SINK_SLICE_DURATION: "timing",
+    SINK_BATCH_DURATION: "timing",
+    SINK_BATCH_DOCUMENTS: "incr",
+    SINK_TRANSACTION_RETRIES: "incr",
+    SINK_THROTTLED: "incr",
+    SINK_LEASES_CLAIMED: "incr",
+    SINK_LEASES_RECLAIMED: "incr",
+    SINK_LEASES_LOST: "incr",
+}
 
 AttributeValue = str | int | float | bool
 
@@ -115,12 +149,29 @@ class _NoSpan(AbstractContextManager[SpanAttributes]):
 _NO_SPAN: Final = _NoSpan()
 
 
+class MetricsSink(Protocol):
+    """Where StatsD-style metrics go besides OpenTelemetry (Airflow's ``Stats``, …).
+
+    Called on the lanes' threads, so it must be thread-safe; it must not block (a
+    UDP send, a buffer). What it raises is logged and dropped: metrics never fail
+    a migration. Tags carry names, outcomes and reasons, never document values.
+    """
+
+    def incr(self, name: str, count: int, tags: Mapping[str, str]) -> None:
+        """Add ``count`` to the counter ``name``."""
+
+    def timing(self, name: str, milliseconds: float, tags: Mapping[str, str]) -> None:
+        """Record one duration of ``name``."""
+
+
 class Telemetry:
-    """The spans and instruments of one kit.
+    """The spans and instruments of one kit, and its metrics sink.
 
     :param tracer_provider: where spans go (default: the global provider).
     :param meter_provider: where measurements go (default: the global provider).
-    :param enabled: False makes every call a no-op, as without ``opentelemetry``.
+    :param enabled: False makes every call a no-op, as without ``opentelemetry``
+        (the sink too).
+    :param sink: also send every measurement there (see :class:`MetricsSink`).
     """
 
     def __init__(
@@ -129,9 +180,14 @@ class Telemetry:
         meter_provider: MeterProvider | None = None,
         *,
         enabled: bool = True,
+        sink: MetricsSink | None = None,
     ) -> None:
-        self.enabled = enabled and AVAILABLE
-        if not self.enabled:
+        self._sink = sink if enabled else None
+        self._collections: dict[str, str] = {}
+        self.otel = enabled and AVAILABLE
+        #: Whether anything is reported at all (OpenTelemetry or the sink).
+        self.enabled = self.otel or self._sink is not None
+        if not self.otel:
             return
         self._tracer = trace.get_tracer(SCOPE, tracer_provider=tracer_provider)
         meter = metrics.get_meter(SCOPE, meter_provider=meter_provider)
@@ -155,6 +211,32 @@ class Telemetry:
         self._leases_reclaimed = meter.create_counter(
             METRIC_LEASES_RECLAIMED, unit="{lease}", description="Expired leases reaped"
         )
+        self._leases_claimed = meter.create_counter(
+            METRIC_LEASES_CLAIMED, unit="{lease}", description="Partitions claimed by lanes"
+        )
+        self._leases_lost = meter.create_counter(
+            METRIC_LEASES_LOST, unit="{lease}", description="Leases lost while working"
+        )
+
+    def collection_of(self, migration: str, collection: str) -> None:
+        """Note the collection a migration rewrites: the sink's ``collection`` tag."""
+        if self._sink is not None:
+            self._collections[migration] = collection
+
+    def _send(self, kind: str, name: str, value: float, tags: Mapping[str, str]) -> None:
+        sink = self._sink
+        if sink is None:
+            return
+        migration = tags.get("migration")
+        collection = self._collections.get(migration) if migration else None
+        full = {**tags, **({"collection": collection} if collection else {})}
+        try:
+            if kind == "timing":
+                sink.timing(name, value, full)
+            else:
+                sink.incr(name, int(value), full)
+        except Exception as exc:  # a metrics backend must never fail a migration
+            log.warning("the metrics sink failed on %s: %s", name, type(exc).__name__)
 
     def span(
         self, name: str, migration: str, attributes: Mapping[str, AttributeValue] | None = None
@@ -164,7 +246,7 @@ class Telemetry:
         Something raised inside sets ``error.type`` and outcome ``error`` and
         marks the span failed, without recording the exception's message.
         """
-        if not self.enabled:
+        if not self.otel:
             return _NO_SPAN
         return self._span(name, {ATTR_NAME: migration, **(attributes or {})})
 
@@ -190,8 +272,14 @@ class Telemetry:
         error_type: str | None = None,
         shard: str | None = None,
     ) -> None:
-        """A lease's work ended (or a slice failed before its claim: ``error``, 0 ms)."""
+        """A lease's work ended (or a slice ended before its claim: ``error`` or
+        ``deferred``, 0 ms)."""
         if not self.enabled:
+            return
+        self._send(
+            "timing", SINK_SLICE_DURATION, duration_ms, _tags(migration, shard, outcome=outcome)
+        )
+        if not self.otel:
             return
         attributes = _attributes(migration, shard, {ATTR_OUTCOME: outcome})
         if error_type is not None:
@@ -204,24 +292,46 @@ class Telemetry:
         """A batch was written and checkpointed: ``size`` documents read in ``duration_ms``."""
         if not self.enabled:
             return
+        tags = _tags(migration, shard)
+        self._send("timing", SINK_BATCH_DURATION, duration_ms, tags)
+        self._send("incr", SINK_BATCH_DOCUMENTS, size, tags)
+        if not self.otel:
+            return
         attributes = _attributes(migration, shard)
         self._batch_duration.record(duration_ms, attributes)
         self._batch_size.record(size, attributes)
 
     def transaction_retried(self, migration: str, reason: str) -> None:
         """A transaction was retried: ``transient``, ``conflict`` or ``time_or_size``."""
-        if self.enabled:
+        self._send("incr", SINK_TRANSACTION_RETRIES, 1, _tags(migration, None, reason=reason))
+        if self.otel:
             self._transaction_retries.add(1, {ATTR_NAME: migration, ATTR_REASON: reason})
 
     def throttled(self, migration: str, reason: str, *, shard: str | None = None) -> None:
         """The throttle changed (``overload``, ``latency``, ``recovered``) or waited (``lag``)."""
-        if self.enabled:
+        self._send("incr", SINK_THROTTLED, 1, _tags(migration, shard, reason=reason))
+        if self.otel:
             self._throttled.add(1, _attributes(migration, shard, {ATTR_REASON: reason}))
 
     def leases_reclaimed(self, migration: str, count: int) -> None:
         """``count`` leases lapsed (their lanes died or stalled) and were reaped."""
-        if self.enabled and count > 0:
+        if count <= 0:
+            return
+        self._send("incr", SINK_LEASES_RECLAIMED, count, _tags(migration, None))
+        if self.otel:
             self._leases_reclaimed.add(count, {ATTR_NAME: migration})
+
+    def lease_claimed(self, migration: str, *, shard: str | None = None) -> None:
+        """A lane claimed a partition (its lease begins)."""
+        self._send("incr", SINK_LEASES_CLAIMED, 1, _tags(migration, shard))
+        if self.otel:
+            self._leases_claimed.add(1, _attributes(migration, shard))
+
+    def lease_lost(self, migration: str, *, shard: str | None = None) -> None:
+        """A lane found its lease reaped or unlocked under it and stopped."""
+        self._send("incr", SINK_LEASES_LOST, 1, _tags(migration, shard))
+        if self.otel:
+            self._leases_lost.add(1, _attributes(migration, shard))
 
 
 def _attributes(
@@ -231,6 +341,13 @@ def _attributes(
     if shard is not None:
         attributes[ATTR_SHARD] = shard
     return attributes
+
+
+def _tags(migration: str, shard: str | None, **more: str) -> dict[str, str]:
+    tags = {"migration": migration, **more}
+    if shard is not None:
+        tags["shard"] = shard
+    return tags
 
 
 #: Telemetry that reports nothing: the default of parts built without a kit.

@@ -34,5 +34,8 @@ class Migronaut(RunnerOperations, BackgroundOperations, DriftOperations):
     :param client: an existing client to borrow instead of connecting.
     :param tracer_provider: where background spans go (OpenTelemetry's global by default).
     :param meter_provider: where background metrics go (OpenTelemetry's global by default).
+    :param metrics_sink: also send background metrics there, StatsD-style (Airflow's
+        provider passes one backed by Airflow's ``Stats``); see
+        :class:`~migronaut_core.MetricsSink`.
     :param overrides: config keys, e.g. ``uri=…, database=…``.
     """

@@ -25,7 +25,7 @@ from migronaut_core.background.loading import BackgroundFiles
 from migronaut_core.background.registration import RunnerHooks, unblock_dependents
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.store import BackgroundStore, WatchStore
-from migronaut_core.background.telemetry import Telemetry
+from migronaut_core.background.telemetry import MetricsSink, Telemetry
 from migronaut_core.config import Config, load_config
 from migronaut_core.errors import ConfigInvalidError, ConnectionFailedError, NotAppliedError
 from migronaut_core.required_indexes import ensure_indexes
@@ -47,6 +47,7 @@ class KitBase:
         client: MongoClient[dict[str, Any]] | None = None,
         tracer_provider: TracerProvider | None = None,
         meter_provider: MeterProvider | None = None,
+        metrics_sink: MetricsSink | None = None,
         **overrides: Any,
     ) -> None:
         if config is not None and overrides:
@@ -57,7 +58,7 @@ class KitBase:
         self._client = client
         self._owns_client = client is None
         self.events = Events()
-        self._telemetry = Telemetry(tracer_provider, meter_provider)
+        self._telemetry = Telemetry(tracer_provider, meter_provider, sink=metrics_sink)
         self._runner: MigrationRunner | None = None
         self._runtime: Runtime | None = None
         self._files = BackgroundFiles(self.config, warn_once=self._warn_once)

@@ -31,6 +31,8 @@ METRICS = {
     "migronaut.background.transaction.retries",
     "migronaut.background.throttled",
     "migronaut.background.leases.reclaimed",
+    "migronaut.background.leases.claimed",
+    "migronaut.background.leases.lost",
 }
 
 
@@ -100,6 +102,10 @@ def test_two_lanes_report_coordinator_steps_leases_and_batches(
     assert batches >= count // 200
     assert captured.count("migronaut.background.batch.size") == batches
     assert captured.metric_names() <= METRICS
+    # One claim per lease held (every slice span is one claimed partition).
+    assert captured.total("migronaut.background.leases.claimed", **{NAME: SPLIT_NAME}) == len(
+        leases
+    )
     assert not captured.points("migronaut.background.leases.reclaimed")
     assert_no_document_value(captured)
 
@@ -283,14 +289,21 @@ def test_a_slice_that_fails_before_its_claim_is_measured_as_an_error(
     with make_kit(mongo_uri, db, migrations, **captured.providers()) as kit:
         kit.up()
         kit.coordinate_background(SPLIT_NAME)
-        path.unlink()  # a deploy removed the file: the lane cannot build its job
+        path.write_text("def migrate(:\n")  # the file no longer imports: no job to build
         with pytest.raises(MigronautError) as raised:
             kit.run_background_slice(SPLIT_NAME)
+        path.unlink()  # a deploy removed the file: the slice defers, measured as such
+        assert kit.run_background_slice(SPLIT_NAME).outcome == "deferred"
     assert captured.spans("migronaut.background.slice") == []
-    (point,) = captured.points("migronaut.background.slice.duration")
-    assert (point.count, point.value) == (1, 0)
-    assert point.attributes == {
+    durations = captured.points("migronaut.background.slice.duration")
+    points = {point.attributes[OUTCOME]: point for point in durations}
+    assert set(points) == {"error", "deferred"}
+    error, deferred = points["error"], points["deferred"]
+    assert (error.count, error.value) == (1, 0)
+    assert error.attributes == {
         NAME: SPLIT_NAME,
         OUTCOME: "error",
         "error.type": type(raised.value).__name__,
     }
+    assert (deferred.count, deferred.value) == (1, 0)
+    assert deferred.attributes == {NAME: SPLIT_NAME, OUTCOME: "deferred"}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 
 from migronaut_core.background import telemetry
@@ -61,3 +63,61 @@ def test_disabled_telemetry_reports_nothing_and_its_spans_still_run_their_body()
         pass
     assert captured.spans() == []
     assert captured.metric_names() == set()
+
+
+class Recorded:
+    """A metrics sink that keeps what it was sent, or raises when told to."""
+
+    def __init__(self, *, broken: bool = False) -> None:
+        self.sent: list[tuple[str, str, float, dict[str, str]]] = []
+        self.broken = broken
+
+    def incr(self, name: str, count: int, tags: Mapping[str, str]) -> None:
+        self._keep("incr", name, count, tags)
+
+    def timing(self, name: str, milliseconds: float, tags: Mapping[str, str]) -> None:
+        self._keep("timing", name, milliseconds, tags)
+
+    def _keep(self, kind: str, name: str, value: float, tags: Mapping[str, str]) -> None:
+        if self.broken:
+            raise ConnectionError("the metrics backend is down")
+        self.sent.append((kind, name, value, dict(tags)))
+
+
+def test_a_sink_gets_every_measurement_tagged_with_migration_and_collection() -> None:
+    sink = Recorded()
+    reporting = Telemetry(enabled=True, sink=sink)
+    reporting.slice_ended("m1", "yielded", 12.5)  # before its collection is known
+    reporting.collection_of("m1", "users")
+    reporting.batch_written("m1", size=200, duration_ms=8.0, shard="s1")
+    reporting.transaction_retried("m1", "transient")
+    reporting.throttled("m1", "lag")
+    reporting.lease_claimed("m1")
+    reporting.leases_reclaimed("m1", 0)  # nothing reaped: nothing sent
+    reporting.leases_reclaimed("m1", 2)
+    reporting.lease_lost("m1")
+    users = {"migration": "m1", "collection": "users"}
+    assert sink.sent == [
+        ("timing", "migronaut.slice.duration", 12.5, {"migration": "m1", "outcome": "yielded"}),
+        ("timing", "migronaut.batch.duration", 8.0, {**users, "shard": "s1"}),
+        ("incr", "migronaut.batch.documents", 200, {**users, "shard": "s1"}),
+        ("incr", "migronaut.transaction.retries", 1, {**users, "reason": "transient"}),
+        ("incr", "migronaut.throttled", 1, {**users, "reason": "lag"}),
+        ("incr", "migronaut.lease.claimed", 1, users),
+        ("incr", "migronaut.lease.reclaimed", 2, users),
+        ("incr", "migronaut.lease.lost", 1, users),
+    ]
+    assert {name for _, name, _, _ in sink.sent} == set(telemetry.SINK_METRICS)
+
+
+def test_a_failing_sink_never_fails_the_caller_and_disabled_telemetry_sends_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    Telemetry(sink=Recorded(broken=True)).lease_claimed("m1")
+    assert "the metrics sink failed on migronaut.lease.claimed: ConnectionError" in caplog.text
+    silent = Recorded()
+    off = Telemetry(enabled=False, sink=silent)
+    off.lease_claimed("m1")
+    off.slice_ended("m1", "exhausted", 1.0)
+    assert silent.sent == []
+    assert not off.enabled

@@ -173,6 +173,8 @@ def run_slice(
             job = job_for(rt, name, state, token)
         except (ChecksumMismatchError, MigrationFileNotFoundError) as exc:
             return _deferred(rt, name, exc)
+        if job.spec.collection is not None:
+            rt.telemetry.collection_of(name, job.spec.collection)
         # A plan made before a reshard (or by another partitioner): the coordinator re-splits first.
         if plan_is_stale(job, state["plan"]):
             return SliceResult("stale")
@@ -207,9 +209,11 @@ def run_slice(
                 return SliceResult("yielded", counters)
             return SliceResult("busy", counters, retry_after_ms=max(1, rt.ttl_ms // 4))
         worked = True
+        rt.telemetry.lease_claimed(name, shard=_shard_of(claim.partition))
         result = _held(rt, job, state, claim.lease, claim.partition, deadline, owner)
         add_counters(counters, result.counters)
         if result.outcome == "lost":
+            rt.telemetry.lease_lost(name, shard=_shard_of(claim.partition))
             return SliceResult("lost", counters)
         if result.outcome == "failed":
             message = error_text(result.error) if result.error else "failed"
