@@ -17,7 +17,7 @@ from migronaut_core.background.control.actions import (
     ControlAction,
     ControlResult,
 )
-from migronaut_core.background.coordinator import Answer, Driver
+from migronaut_core.background.coordinator import STALL_SECONDS, Answer, Driver
 from migronaut_core.background.drift.events import (
     DriftEventSettings,
     DriftSignal,
@@ -62,6 +62,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CONTROL_ACTIONS",
+    "STALL_SECONDS",
     "Actor",
     "Answer",
     "BackgroundConflictError",

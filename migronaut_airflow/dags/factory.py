@@ -44,7 +44,7 @@ from migronaut_airflow.operators.background import (
 from migronaut_airflow.operators.drift import VerifyDriftEventsOperator
 from migronaut_airflow.sensors.lanes import BackgroundLanesSensor
 from migronaut_airflow.triggers.drift import CollectionDriftTrigger
-from migronaut_core import CONTROL_ACTIONS, files
+from migronaut_core import CONTROL_ACTIONS, STALL_SECONDS, files
 from migronaut_core.config import DEFAULT_BACKGROUND_COLLECTION
 
 log = logging.getLogger(__name__)
@@ -188,7 +188,8 @@ def background_dag(
 
     ``coordinate`` → mapped ``lane`` tasks (one per claimable slot) and the
     deferrable ``wait_for_lanes`` sensor → ``continue`` (a new run when a new pass
-    or more work is needed). One active run at a time. A lane waits up to
+    or more work is needed). One active run at a time, plus a takeover the drift
+    DAG's heal starts beside a stalled one (a newer round). A lane waits up to
     ``lane_deploy_wait`` for a deploy to bring its worker the registered file.
 
     :param collection_asset: the migrated collection's asset, the lanes' outlet
@@ -203,7 +204,8 @@ def background_dag(
     with DAG(
         dag_id=dag_id_for(migration),
         schedule=None,
-        max_active_runs=1,
+        # One run at a time, and room for the heal's takeover of a stalled one.
+        max_active_runs=2,
         catchup=False,
         tags=[*TAGS, "background"],
         doc_md=f"Background migration `{migration}`: coordinator round, lanes, wait, continue.",
@@ -262,8 +264,12 @@ def drift_dag(
     *,
     schedule: timedelta | str | None = timedelta(minutes=10),
     on_drift: str | None = None,
+    stall: timedelta = timedelta(seconds=STALL_SECONDS),
 ) -> DAG:
-    """``migronaut_drift``: verify completed migrations, then start DAGs that have work."""
+    """``migronaut_drift``: verify completed migrations, then start DAGs that have work.
+
+    Its heal also takes over a migration whose run made no progress for ``stall``.
+    """
     connection = target.operator_args()
     with DAG(
         dag_id="migronaut_drift",
@@ -274,7 +280,9 @@ def drift_dag(
         doc_md="Find old-shape documents after completion (reopen or report), then heal.",
     ) as dag:
         verify = VerifyDriftOperator(task_id="verify", on_drift=on_drift, **connection)
-        heal = HealBackgroundOperator(task_id="heal", **connection)
+        heal = HealBackgroundOperator(
+            task_id="heal", stall_seconds=stall.total_seconds(), **connection
+        )
         verify >> heal
         _trigger_dags("start_migrations", heal, "heal")
     return dag
@@ -455,14 +463,15 @@ def build_dags(
     migronaut_config: Mapping[str, Any] | None = None,
     drift_schedule: timedelta | str | None = timedelta(minutes=10),
     drift_events: DriftEventOptions | Mapping[str, Any] | bool = True,
+    stall: timedelta = timedelta(seconds=STALL_SECONDS),
     conn_id: str | None = None,
     **background_options: Any,
 ) -> dict[str, DAG]:
     """Every migronaut DAG for one migrations directory, by DAG id (for a DAG file's globals).
 
-    ``conn_id`` is the deprecated name of ``mongo_conn_id``; ``background_options``
-    go to :func:`background_dag`. ``drift_events``: the event-driven drift DAG
-    and the collections' assets (see
+    ``conn_id`` is the deprecated name of ``mongo_conn_id``; ``stall`` goes to
+    :func:`drift_dag`, ``background_options`` to :func:`background_dag`.
+    ``drift_events``: the event-driven drift DAG and the collections' assets (see
     :func:`~migronaut_airflow.dags.drift_events.collection_assets`); ``False``
     builds neither, a mapping or :class:`DriftEventOptions` tunes them.
     """
@@ -478,7 +487,7 @@ def build_dags(
     options = drift_event_options(drift_events)
     assets = collection_assets(target, options) if options is not None else {}
     dags = [
-        drift_dag(target, schedule=drift_schedule),
+        drift_dag(target, schedule=drift_schedule, stall=stall),
         control_dag(target),
         up_dag(target),
         *(

@@ -21,7 +21,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from migronaut_airflow.hooks.migronaut import MigronautHook, mongo_conn_id_from
 from migronaut_airflow.triggers.delay import DelayTrigger
-from migronaut_core import Answer, CancelToken, Driver, Migronaut, MigronautError
+from migronaut_core import STALL_SECONDS, Answer, CancelToken, Driver, Migronaut, MigronautError
 from migronaut_core.background.control.actions import check_control
 
 if TYPE_CHECKING:
@@ -306,9 +306,9 @@ class BackgroundLaneOperator(MigronautOperator):
 class ContinueBackgroundOperator(MigronautOperator, TriggerDagRunOperator):
     """Close this round: one more coordinator step, and a new DAG run if work is left.
 
-    The new run queues behind this one (the DAG allows one active run) and takes
-    the next round; this one ends. Takes :class:`MigronautOperator`'s connection
-    arguments.
+    The new run takes the next round as this one ends (a round that is not the
+    latest bows out, so an overlap is harmless). Takes :class:`MigronautOperator`'s
+    connection arguments.
     """
 
     template_fields: Sequence[str] = (*TriggerDagRunOperator.template_fields, "migration")
@@ -425,14 +425,27 @@ class VerifyDriftOperator(MigronautOperator):
 
 
 class HealBackgroundOperator(MigronautOperator):
-    """Name the DAGs of migrations that have work and no active DAG run (the heal).
+    """Name the DAGs to start: migrations with work and no active run, and stalled ones.
 
-    Returns them; a mapped TriggerDagRunOperator starts them.
+    A migration with work and no queued or running DAG run gets one. So does a
+    running one nothing has moved for ``stall_seconds`` (the core's
+    :meth:`~migronaut_core.Migronaut.stalled_background`) whose one active run is
+    stuck (a lane task frozen, its worker gone without Airflow noticing): the
+    takeover run starts beside it (the DAG allows two active runs), takes a new
+    round, and the stuck run's later steps bow out as ``superseded``. Returns the
+    DAG ids; a mapped TriggerDagRunOperator starts them.
+
+    :param stall_seconds: how long nothing may move before a run is taken over.
     """
+
+    def __init__(self, *, stall_seconds: float = STALL_SECONDS, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.stall_seconds = stall_seconds
 
     def execute(self, context: Context) -> list[str]:
         try:
             runnable = self.kit.runnable_background()
+            stalled = set(self.kit.stalled_background(stall_seconds=self.stall_seconds))
         except MigronautError as exc:
             raise fail_fast(exc) from exc
         ti = context["ti"]
@@ -442,7 +455,17 @@ class HealBackgroundOperator(MigronautOperator):
             active = ti.get_dr_count(dag_id=dag_id, states=["queued", "running"])
             if active == 0:
                 dag_ids.append(dag_id)
+            elif active == 1 and row["migration"] in stalled:
+                self.log.warning(
+                    "heal: %s made no progress for %.0f s; taking its run over",
+                    row["migration"],
+                    self.stall_seconds,
+                )
+                dag_ids.append(dag_id)
         self.log.info(
-            "heal: %d migration(s) with work, %d without a run", len(runnable), len(dag_ids)
+            "heal: %d migration(s) with work, %d to start (%d stalled)",
+            len(runnable),
+            len(dag_ids),
+            len(stalled),
         )
         return dag_ids

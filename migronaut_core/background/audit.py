@@ -30,16 +30,17 @@ from typing import Any
 
 from migronaut_core import files
 from migronaut_core.audit import Finding
+from migronaut_core.background.coordinator import STALL_SECONDS, stalled_for
 from migronaut_core.background.indexes import has_probe_index
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.spec import REWRITING_MODES
-from migronaut_core.background.store import STREAMING_FRESH_SECONDS, WatchStore, aware
+from migronaut_core.background.store import STREAMING_FRESH_SECONDS, WatchStore
 from migronaut_core.errors import MigronautError
 
 __all__ = ["STALE_AFTER_SECONDS", "audit"]
 
 #: A running migration without progress for this long (and no live lease) is stalled.
-STALE_AFTER_SECONDS = 15 * 60.0
+STALE_AFTER_SECONDS = STALL_SECONDS
 
 
 def audit(
@@ -100,19 +101,10 @@ def _stall_findings(
     rt: Runtime, state: dict[str, Any], at: datetime, stale_after_seconds: float
 ) -> Iterator[Finding]:
     name = state["_id"]
-    seen = [
-        aware(value)
-        for value in (
-            state.get("last_progress_at"),
-            (state.get("coordinator") or {}).get("at"),
-        )
-        if isinstance(value, datetime)
-    ]
-    if not seen or at - max(seen) < timedelta(seconds=stale_after_seconds):
+    idle = stalled_for(rt, state, now=at)
+    if idle is None or idle < timedelta(seconds=stale_after_seconds):
         return
-    if rt.store.has_live_lease(name):
-        return
-    minutes = (at - max(seen)).total_seconds() / 60
+    minutes = idle.total_seconds() / 60
     yield Finding(
         "stalled",
         name,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pendulum
@@ -35,7 +36,7 @@ from migronaut_core.background.planning.partition import Plan
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.spec import exclude_bad_ids, match_hash, match_of
 from migronaut_core.background.states import TERMINAL, sources
-from migronaut_core.background.store import MAX_BAD_IDS, MAX_DOC_ERRORS, newer_schema
+from migronaut_core.background.store import MAX_BAD_IDS, MAX_DOC_ERRORS, aware, newer_schema
 from migronaut_core.background.telemetry import (
     ATTR_DRIVER,
     ATTR_LANES,
@@ -56,6 +57,8 @@ log = logging.getLogger("migronaut_core.background")
 
 #: How often a driver without wake-ups looks at its lanes again.
 POLL_MS = 5_000
+#: A running migration nothing moved for this long is stalled (the seeds' ``stallMs``).
+STALL_SECONDS = 15 * 60.0
 
 _DEGRADED = {
     "sample-timeout": "the sample ran out of time; some ranges stay whole this pass (fewer lanes)",
@@ -112,6 +115,37 @@ class Answer:
             "error": self.error,
         }
         return {key: value for key, value in data.items() if value not in (None, [])}
+
+
+def stalled_for(
+    rt: Runtime, state: Mapping[str, Any], *, now: datetime | None = None
+) -> timedelta | None:
+    """How long a running migration has been stuck, or None while something moves it.
+
+    Stuck: no lane holds a live lease, and no partition write (a claim, a batch's
+    checkpoint, a release), no lane's progress and no coordinator step was recorded
+    since. A driver that finds it stuck for longer
+    than its stall time takes it over with a new round, which the stuck driver's
+    later steps then find ``superseded``.
+    """
+    if state.get("status") != "running":
+        return None
+    name = str(state["_id"])
+    if rt.store.has_live_lease(name):
+        return None
+    seen = [
+        aware(value)
+        for value in (
+            state.get("last_progress_at"),
+            (state.get("coordinator") or {}).get("at"),
+            rt.store.last_partition_write(name),
+        )
+        if isinstance(value, datetime)
+    ]
+    if not seen:
+        return None
+    idle = (now or datetime.now(UTC)) - max(seen)
+    return idle if idle > timedelta(0) else None
 
 
 def _retry_soon(rt: Runtime, reason: str | None = None, *, next: str = "wait") -> Answer:
@@ -195,6 +229,8 @@ def _coordinate_pass(
     except (ChecksumMismatchError, MigrationFileNotFoundError) as exc:
         log.warning("%s: %s", name, exc.message)
         return _retry_soon(rt, "checksum")
+    if job.spec.collection is not None:
+        rt.telemetry.collection_of(name, job.spec.collection)
     try:
         assert_transactions(rt, name, job.spec)
     except TransactionsUnsupportedError as exc:

@@ -11,13 +11,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any, overload
 
 from migronaut_core import files
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.control import actions as controls
 from migronaut_core.background.control.actions import ControlAction, ControlResult
-from migronaut_core.background.coordinator import Answer, Driver, coordinate
+from migronaut_core.background.coordinator import (
+    STALL_SECONDS,
+    Answer,
+    Driver,
+    coordinate,
+    stalled_for,
+)
 from migronaut_core.background.dry_run import DryRunReport, StepDryRunReport
 from migronaut_core.background.dry_run import dry_run as preview
 from migronaut_core.background.events import Listener
@@ -101,6 +108,31 @@ class BackgroundOperations(KitBase):
         """Background migrations with work to do, oldest first."""
         self._ready()
         return runnable(self.runtime)
+
+    def stalled_background(self, *, stall_seconds: float = STALL_SECONDS) -> list[str]:
+        """Running background migrations nothing has moved for ``stall_seconds``, oldest first.
+
+        Nothing moved: no lane holds a live lease, and no lane's progress and no
+        coordinator step was recorded in that time (a driver died or froze without
+        its leases lapsing into another's hands). Their drivers should be taken
+        over: a coordinator step with a new round (``Driver(round=None)``) makes the
+        stuck driver's later steps ``superseded``. Reads only.
+
+        :raises ConfigInvalidError: ``stall_seconds`` is below 1.
+        """
+        if isinstance(stall_seconds, bool) or not isinstance(stall_seconds, int | float):
+            raise ConfigInvalidError("stall_seconds must be a number", {"key": "stall_seconds"})
+        if stall_seconds < 1:
+            raise ConfigInvalidError("stall_seconds must be at least 1", {"key": "stall_seconds"})
+        store = self.runtime.store
+        limit = timedelta(seconds=stall_seconds)
+        return [
+            view.name
+            for view in read_statuses(store, statuses=["running"])
+            if (state := store.get(view.name)) is not None
+            and (idle := stalled_for(self.runtime, state)) is not None
+            and idle >= limit
+        ]
 
     # -- reading (no index is created, nothing is written) ---------------------------------
 

@@ -1,4 +1,4 @@
-"""BackgroundLaneOperator against a real replica set: deploys in progress and on_kill.
+"""The lane and heal operators against a real replica set: deploys, on_kill, stall takeover.
 
 No Airflow metadata DB: the operator is built outside a DAG, the connection comes
 from an ``AIRFLOW_CONN_*`` variable, and ``execute`` gets an empty context.
@@ -16,7 +16,11 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from pymongo.database import Database
 
-from migronaut_airflow.operators.background import BackgroundLaneOperator
+from migronaut_airflow.operators.background import (
+    BackgroundLaneOperator,
+    HealBackgroundOperator,
+    dag_id_for,
+)
 from migronaut_airflow.triggers.delay import DelayTrigger
 from migronaut_core import Migronaut
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, wait_until, write_background
@@ -132,3 +136,46 @@ def test_on_kill_stops_the_slice_and_releases_its_lease_for_the_next_lane(
     assert reclaimed_within < TTL_SECONDS / 4  # released, not reaped after the TTL
     victim.hook.close()
     successor.hook.close()
+
+
+class ActiveRuns:
+    """The one call the heal makes on its task instance: how many runs a DAG has active."""
+
+    def __init__(self, active: int) -> None:
+        self.active = active
+        self.asked: list[str] = []
+
+    def get_dr_count(self, *, dag_id: str, states: list[str]) -> int:
+        assert states == ["queued", "running"]
+        self.asked.append(dag_id)
+        return self.active
+
+
+def test_the_heal_takes_over_a_stalled_migration_whose_one_run_is_stuck(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    seed_users(db, 500)
+    write_background(migrations, batch_size=100)
+    kit.up()
+    assert kit.coordinate_background(SPLIT_NAME).next == "process"
+    assert kit.run_background_slice(SPLIT_NAME, slice_ms=100).outcome in ("yielded", "exhausted")
+    dag_id = dag_id_for(SPLIT_NAME)
+
+    def heal(active: int, stall_seconds: float) -> list[str]:
+        operator = HealBackgroundOperator(
+            task_id="heal",
+            stall_seconds=stall_seconds,
+            migronaut_config={"lock_ttl_seconds": TTL_SECONDS},
+        )
+        try:
+            return operator.execute({"ti": ActiveRuns(active)})  # type: ignore[typeddict-item]
+        finally:
+            operator.hook.close()
+
+    # Something moved within the stall time: its run is left alone, however many it has.
+    assert heal(1, 60) == []
+    assert heal(0, 60) == [dag_id]  # no run at all: the plain heal
+    time.sleep(1.2)  # no lease, no checkpoint, no coordinator step since
+    assert kit.stalled_background(stall_seconds=1) == [SPLIT_NAME]
+    assert heal(1, 1) == [dag_id]  # one stuck run: a takeover run beside it
+    assert heal(2, 1) == []  # a takeover already runs: never a third

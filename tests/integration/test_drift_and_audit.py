@@ -252,6 +252,11 @@ def test_a_stalled_running_migration_is_found(kit: Migronaut, db: Db, migrations
         {"_id": INITIALS_NAME},
         {"$set": {"last_progress_at": long_ago, "coordinator.at": long_ago}},
     )
+    # Its partitions were written when planned: a partition write is movement too.
+    assert kit.audit_background() == []
+    db[f"{STATES}_partitions"].update_many(
+        {"migration": INITIALS_NAME}, {"$set": {"updated_at": long_ago}}
+    )
     findings = kit.audit_background()
     assert kinds(findings) == [("stalled", INITIALS_NAME, "users")]
     assert "60 minutes" in findings[0].message

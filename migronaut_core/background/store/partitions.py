@@ -631,6 +631,14 @@ class PartitionDocuments(StateDocuments):
         """Whether any lease of the migration has not lapsed by the server's clock."""
         return self.partitions.count_documents(live_leases_filter(name), limit=1) > 0
 
+    def last_partition_write(self, name: str) -> Any:
+        """When a lane last wrote any partition of the migration (claim, checkpoint, release),
+        as stored (a datetime), or None when it has none."""
+        latest = self.partitions.find_one(
+            {"migration": name}, projection={"updated_at": 1}, sort=[("updated_at", -1)]
+        )
+        return None if latest is None else latest.get("updated_at")
+
     def partition_counts(self, name: str, *, generation: int, plan: str) -> PartitionCounts:
         rows = self.partitions.aggregate(
             [
