@@ -108,24 +108,21 @@ def ranges(users: Collection[dict[str, Any]], size: int) -> int:
     ``size`` ids per round trip; each range is updated before the next is fetched,
     so the cursor never reads past what was updated.
     """
-    modified = 0
-    ids: list[Any] = []
-    cursor = users.find({"_v": 1}, {"_id": 1}, sort=[("_id", 1)], batch_size=size).hint(
-        common.VERSION_INDEX
-    )
-    for doc in cursor:
-        ids.append(doc["_id"])
-        if len(ids) == size:
-            modified += _range(users, ids)
-            ids.clear()
-    if ids:
-        modified += _range(users, ids)
-    return modified
+    return _batched(users, size, _range)
 
 
 def id_lists(users: Collection[dict[str, Any]], size: int) -> int:
     """Like :func:`ranges`, but each ``update_many`` names its ids (``$in``), as the engine's
     batches do; documents modified."""
+    return _batched(users, size, _listed)
+
+
+def _batched(
+    users: Collection[dict[str, Any]],
+    size: int,
+    update: Callable[[Collection[dict[str, Any]], list[Any]], int],
+) -> int:
+    """Feed ``update`` the ids of the documents at version 1, ``size`` at a time, in order."""
     modified = 0
     ids: list[Any] = []
     cursor = users.find({"_v": 1}, {"_id": 1}, sort=[("_id", 1)], batch_size=size).hint(
@@ -134,10 +131,10 @@ def id_lists(users: Collection[dict[str, Any]], size: int) -> int:
     for doc in cursor:
         ids.append(doc["_id"])
         if len(ids) == size:
-            modified += _listed(users, ids)
+            modified += update(users, ids)
             ids.clear()
     if ids:
-        modified += _listed(users, ids)
+        modified += update(users, ids)
     return modified
 
 
