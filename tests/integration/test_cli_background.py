@@ -18,7 +18,7 @@ from migronaut_core.errors import (
     NotAppliedError,
     RunAbortedError,
 )
-from tests.support.background import SPLIT_NAME, seed_users, write_background
+from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 from tests.support.cli import configure, migronaut
 
 USERS = 2_000
@@ -162,7 +162,10 @@ def test_bad_and_unknown_names(
 def test_ctrl_c_stops_lanes_and_the_next_run_resumes(
     tmp_path: Path, mongo_uri: str, db: Database[dict[str, Any]]
 ) -> None:
-    applied(tmp_path, mongo_uri, db, batch_size=50, extra='"throttle": {"pause_ms": 100},')
+    # Batches of 50 a quarter second apart: the run lasts seconds however fast the
+    # machine, and progress is watched in-process, so a loaded machine's slow CLI
+    # start cannot let it finish before the interrupt.
+    applied(tmp_path, mongo_uri, db, batch_size=50, extra='"throttle": {"pause_ms": 250},')
 
     process = subprocess.Popen(
         [sys.executable, "-m", "migronaut_core.cli", "background", "run", SPLIT_NAME],
@@ -172,12 +175,13 @@ def test_ctrl_c_stops_lanes_and_the_next_run_resumes(
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and process.poll() is None:
-            view = as_json(migronaut(tmp_path, "background", "status", SPLIT_NAME, "--json"))
-            if view["progress"]["done"] > 0:
-                break
-            time.sleep(0.2)
+        with make_kit(mongo_uri, db, tmp_path / "migrations") as kit:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and process.poll() is None:
+                view = kit.background_status(SPLIT_NAME)
+                if view is not None and view["progress"]["done"] > 0:
+                    break
+                time.sleep(0.05)
         assert process.poll() is None, "the run ended before it could be interrupted"
         process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=60)
