@@ -410,6 +410,18 @@ class AirflowCluster(AirflowApi):
         elif name == "api-server":
             self._wait_until_healthy()
 
+    def stop_triggerer(self, sig: int = signal.SIGKILL) -> int:
+        """Stop the triggerer by ``sig`` (a lost machine: SIGKILL); how many processes ended.
+
+        The drift checks (:mod:`tests.support.drift_events`) drive any Airflow through
+        this and :meth:`start_triggerer`, as they drive ``airflow standalone``.
+        """
+        return len(self.kill("triggerer", sig))
+
+    def start_triggerer(self) -> None:
+        """Start the stopped triggerer again."""
+        self.restart("triggerer")
+
     def hostname(self, name: str) -> str:
         """The task-instance ``hostname`` of the processes named ``name``."""
         return self.component(name).env[HOSTNAME_ENV]

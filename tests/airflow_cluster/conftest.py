@@ -1,6 +1,6 @@
 """The cluster tests: one production-shaped Airflow for the folder, tests one after another.
 
-The ``airflow_cluster`` session fixture comes from :mod:`tests.support.cluster`. Every
+The ``airflow_cluster`` package fixture comes from :mod:`tests.support.cluster`. Every
 test here is marked ``cluster`` (and ``airflow``, ``slow``).
 """
 

@@ -1,11 +1,11 @@
 """The production-shaped Airflow for end-to-end tests: one cluster, scenarios run on it.
 
-:func:`airflow_cluster` is a session fixture (import it into a ``conftest.py`` or a
-test module) that starts one :class:`~migronaut_dev.airflow_cluster.AirflowCluster`
+:func:`airflow_cluster` is a package fixture (import it into a package's
+``conftest.py``) that starts one :class:`~migronaut_dev.airflow_cluster.AirflowCluster`
 — PostgreSQL, Redis, api-server, scheduler, dag-processor, triggerer, Celery
 workers ``worker-1`` and ``worker-2`` — with ``AIRFLOW_CONN_MIGRONAUT_DEFAULT``
-pointing at the session's mongod, and stops it (checking nothing is left) when
-the session ends. It yields a :class:`Cluster`.
+pointing at the session's mongod, and stops it (checking nothing is left) after
+the package's last test. It yields a :class:`Cluster`.
 
 A test takes a :class:`Scenario` (:meth:`Cluster.scenario`): its own database,
 seeded with old-shape users, the chaos migration (:mod:`tests.support.chaos`:
@@ -305,11 +305,13 @@ def start_cluster(
     assert not left, f"cluster processes left behind: {left}"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def airflow_cluster(
     tmp_path_factory: pytest.TempPathFactory,
     mongo_uri: str,
     mongo_client: MongoClient[dict[str, Any]],
 ) -> Iterator[Cluster]:
-    """The session's production-shaped Airflow (started on first use, stopped at the end)."""
+    """The production-shaped Airflow of the test package that imports this fixture into its
+    ``conftest.py``: started on first use, stopped after the package's last test, so
+    its processes do not load the machine for the rest of the run."""
     yield from start_cluster(tmp_path_factory.mktemp("airflow-cluster"), mongo_uri, mongo_client)
