@@ -62,7 +62,29 @@ def missing_services() -> list[str]:
     return missing
 
 
-class PostgresServer:
+class _Service:
+    """A server started on entering and stopped on leaving, whatever the outcome."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class PostgresServer(_Service):
     """A PostgreSQL cluster on a free loopback port, with one database owned by ``user``.
 
     Its data and socket directory is a fresh temporary directory (removed on
@@ -85,18 +107,6 @@ class PostgresServer:
     def url(self) -> str:
         """The SQLAlchemy URL of the database (psycopg2 driver), without the scheme."""
         return f"{self.user}@{LOOPBACK}:{self.port}/{self.database}"
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def start(self) -> None:
         """``initdb``, start the server, create the database."""
@@ -179,7 +189,7 @@ class PostgresServer:
         self._dir = None
 
 
-class RedisServer:
+class RedisServer(_Service):
     """A Redis on a free loopback port, without persistence, in its own session.
 
     :param log_path: its log file.
@@ -193,18 +203,6 @@ class RedisServer:
     @property
     def url(self) -> str:
         return f"redis://{LOOPBACK}:{self.port}/0"
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def start(self) -> None:
         """Start ``redis-server`` and wait until it answers ``PING``."""
