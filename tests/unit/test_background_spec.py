@@ -943,3 +943,16 @@ def test_update_mode_defaults_to_larger_batches() -> None:
     )
     assert resolve_update(batch_size=500)[0].batch_size == 500
     assert resolve().batch_size == 500
+
+
+def test_update_mode_partitions_hold_several_batches() -> None:
+    # A partition of one partial batch pays a claim, an unoverlapped read and a release
+    # for as long as its rewrite takes: in update mode a partition is worth 4 batches.
+    assert resolve_update()[0].partitions.min_partition_docs == 40_000
+    assert resolve_update(batch_size=500)[0].partitions.min_partition_docs == 2_000
+    assert resolve().partitions.min_partition_docs == 1_000
+    chosen = resolve_update(partitions={"min_partition_docs": 5_000})[0]
+    assert chosen.partitions.min_partition_docs == 5_000
+    with pytest.raises(ConfigInvalidError) as refused:
+        resolve(partitions={"min_partition_docs": 0})
+    assert refused.value.context["key"] == "partitions.min_partition_docs"

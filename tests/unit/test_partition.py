@@ -224,6 +224,8 @@ def test_partition_budget() -> None:
     assert partition_budget(2 * MIN_PARTITION_DOCS - 1, 8) == 1
     assert partition_budget(2 * MIN_PARTITION_DOCS, 8) == 2
     assert partition_budget(10**9, 8) == 8
+    assert partition_budget(100_000, 16, 40_000) == 2  # update mode: 4 batches of 10,000
+    assert partition_budget(79_999, 16, 40_000) == 1
 
 
 def test_sample_pipeline_lets_the_server_sort() -> None:

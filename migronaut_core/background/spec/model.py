@@ -35,6 +35,15 @@ UPDATE_STAGES: Final = frozenset(
 )
 
 #: The largest checkpoint a ``step(ctx)`` may return (BSON size of ``{checkpoint: ...}``).
+#: Fewest documents worth a partition of their own, unless a spec says otherwise.
+MIN_PARTITION_DOCS: Final = 1_000
+
+#: Batches an update-pipeline partition is worth at least. Its batches are large
+#: (10,000 by default) and cheap, so a partition holding one partial batch spends
+#: as long on its claim, unoverlapped first read and release as on its rewrite;
+#: with several, the read-ahead overlaps all but the first read.
+UPDATE_PARTITION_BATCHES: Final = 4
+
 MAX_CHECKPOINT_BYTES: Final = 64 * 1024
 
 
@@ -63,12 +72,18 @@ class PartitionSettings:
     :param estimate_above: matching documents counted exactly; past this many a
         pass's size is estimated from a random sample of the collection, so
         planning stops growing with it (1-1000000000, default 100000).
+    :param min_partition_docs: fewest documents worth a partition of their own
+        (1-1000000000; default :data:`MIN_PARTITION_DOCS`, and
+        :data:`UPDATE_PARTITION_BATCHES` batches in update mode). Every
+        partition pays a claim, a first read nothing overlaps, a checkpoint and a
+        release; a pass smaller than twice this is one partition.
     """
 
     max_partitions: int = 16
     sample_size: int = 1_000
     sample_timeout_ms: int = 5_000
     estimate_above: int = 100_000
+    min_partition_docs: int = MIN_PARTITION_DOCS
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,8 @@ from bson.codec_options import CodecOptions
 from bson.errors import BSONError
 
 from migronaut_core.background.spec.model import (
+    MIN_PARTITION_DOCS,
+    UPDATE_PARTITION_BATCHES,
     AdaptiveSettings,
     BackgroundFunctions,
     BackgroundSpec,
@@ -294,6 +296,7 @@ _PARTITION_KEYS: Final[Mapping[str, _Key]] = {
     "sample_size": _Key(_integer(1, 100_000), 1_000),
     "sample_timeout_ms": _Key(_integer(100, 600_000), 5_000),
     "estimate_above": _Key(_integer(1, 1_000_000_000), 100_000),
+    "min_partition_docs": _Key(_integer(1, 1_000_000_000)),
 }
 _THROTTLE_KEYS: Final[Mapping[str, _Key]] = {
     "pause_ms": _Key(_integer(0, 3_600_000), 0),
@@ -359,7 +362,12 @@ def _assemble(
         write_concern=_within("write_concern", _write_concern, values["write_concern"], tolerant),
         revision_field=revision_field,
         partitions=_within(
-            "partitions", _partitions, values["partitions"], values["max_parallel"], tolerant
+            "partitions",
+            _partitions,
+            values["partitions"],
+            values["max_parallel"],
+            UPDATE_PARTITION_BATCHES * batch_size if mode == "update" else MIN_PARTITION_DOCS,
+            tolerant,
         ),
         shard_concurrency=values["shard_concurrency"],
         adaptive=_within("adaptive", _adaptive, values["adaptive"], batch_size, tolerant),
@@ -440,10 +448,14 @@ def _write_concern(value: Mapping[str, Any] | None, tolerant: bool) -> dict[str,
     return {key: item for key, item in read.items() if item is not _DERIVED}
 
 
-def _partitions(value: Any, max_parallel: int, tolerant: bool) -> PartitionSettings:
+def _partitions(
+    value: Any, max_parallel: int, min_partition_docs: int, tolerant: bool
+) -> PartitionSettings:
     read = _read({} if value is _DERIVED else value, _PARTITION_KEYS, tolerant=tolerant)
     if read["max_partitions"] is _DERIVED:
         read["max_partitions"] = max(4 * max_parallel, 16)
+    if read["min_partition_docs"] is _DERIVED:
+        read["min_partition_docs"] = min_partition_docs
     return PartitionSettings(**read)
 
 

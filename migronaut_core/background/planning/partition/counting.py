@@ -2,8 +2,8 @@
 
 :func:`count_matching` counts up to a cap (the collection's size when the count
 runs out of time) into a :class:`Count`, whose :meth:`~Count.budget` is the
-partitions the pass is worth (:func:`partition_budget`: one per
-:data:`MIN_PARTITION_DOCS`). :func:`sample_pipeline` samples matching ``_id``s
+partitions the pass is worth (:func:`partition_budget`: one per the spec's
+``min_partition_docs``). :func:`sample_pipeline` samples matching ``_id``s
 with their ``$type``; :func:`random_sample_pipeline` samples the whole
 collection, for an estimate that does not grow with it. Both partitioners size
 their plans here.
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 from pymongo.errors import OperationFailure
 
 from migronaut_core.background.planning.partition.protocol import hint_document
+from migronaut_core.background.spec.model import MIN_PARTITION_DOCS, PartitionSettings
 from migronaut_core.server_errors import timed_out
 
 if TYPE_CHECKING:
@@ -37,19 +38,18 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Fewest matching documents worth a partition of their own: below twice this,
-#: a plan is one partition and no sample is taken.
-MIN_PARTITION_DOCS: Final = 1_000
-
 #: Fewest matching ``_id``s a random sample of the whole collection must hold to
 #: stand for the matching documents (the estimate's error is then within ~7%).
 RANDOM_SAMPLE_MIN_MATCHES: Final = 200
 
 
-def partition_budget(estimate: int, max_partitions: int) -> int:
+def partition_budget(
+    estimate: int, max_partitions: int, min_partition_docs: int = MIN_PARTITION_DOCS
+) -> int:
     """Return how many ranges ``estimate`` documents are worth: one per
-    :data:`MIN_PARTITION_DOCS`, between 1 and ``max_partitions``."""
-    return max(1, min(max_partitions, estimate // MIN_PARTITION_DOCS))
+    ``min_partition_docs``, between 1 and ``max_partitions``. Below twice
+    ``min_partition_docs`` a plan is one partition and no sample is taken."""
+    return max(1, min(max_partitions, estimate // min_partition_docs))
 
 
 def sample_pipeline(match: Mapping[str, Any], size: int) -> list[dict[str, Any]]:
@@ -103,11 +103,11 @@ class Count:
     degraded: str | None
     approximate: bool = False
 
-    def budget(self, max_partitions: int) -> int:
+    def budget(self, settings: PartitionSettings) -> int:
         """Return the ranges worth planning; a capped count is worth them all."""
         if self.at_least:
-            return max_partitions
-        return partition_budget(self.estimate, max_partitions)
+            return settings.max_partitions
+        return partition_budget(self.estimate, settings.max_partitions, settings.min_partition_docs)
 
 
 def count_matching(

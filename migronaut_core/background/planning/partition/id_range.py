@@ -85,7 +85,7 @@ class IdRangePartitioner:
         small share of a large collection), it counts up to ``count_cap`` and
         samples the matches, as for smaller collections.
 
-        For more than a couple of :data:`MIN_PARTITION_DOCS` and
+        For more than a couple of ``settings.min_partition_docs`` and
         ``max_parallel > 1``, ranges are cut at sampled ``_id``s
         (:func:`scopes_from_sample`). A count or a sample that runs out of
         ``settings.sample_timeout_ms`` makes the plan coarser and says so in
@@ -109,7 +109,7 @@ class IdRangePartitioner:
                 counted, rows = estimated
         if counted.estimate == 0 and counted.degraded is None:
             return Plan("empty", 0, at_least=False, partitions=[], degraded=None)
-        budget = counted.budget(settings.max_partitions)
+        budget = counted.budget(settings)
         if max_parallel <= 1 or budget <= 1:
             return self._single(collection, counted, counted.degraded)
         if rows is None:

@@ -119,7 +119,7 @@ class ShardPartitioner(ShardKeyWrites):
         if counted.estimate == 0 and counted.degraded is None:
             return Plan("empty", 0, at_least=False, partitions=[], degraded=None, epoch=self.epoch)
         chunks = self._chunks()
-        parts = counted.budget(settings.max_partitions) if max_parallel > 1 else 1
+        parts = counted.budget(settings) if max_parallel > 1 else 1
         degraded = counted.degraded
         if parts > len(chunks):
             samples, sample_degraded = self._sample(collection, match, hint, settings)
