@@ -9,6 +9,9 @@ Builds, without touching MongoDB:
 - ``migronaut_drift_events``: scheduled on each migrated collection's asset, whose
   change-stream trigger fires when old-shape documents are written after the
   migration completed: reopen (or report), then start the migration's DAG;
+- ``migronaut_stalls``: scheduled on migronaut's state-collection asset, whose
+  trigger fires as soon as a running migration stood still for the stall time
+  (15 minutes): take its stuck run over with a new round;
 - ``migronaut_control``: a trigger form to pause, resume, cancel, retry, repin, unlock;
 - ``migronaut_up``: apply regular migrations, register background ones, start them.
 

@@ -3,8 +3,9 @@
 The public API is :class:`Migronaut` (the kit), :func:`load_config`, the error
 hierarchy in :mod:`migronaut_core.errors`, and the result types the kit returns
 (re-exported here so callers need not know the modules they live in), and
-:func:`next_drift_signal`, the async wait for drift an event-driven scheduler's
-trigger runs (Airflow's ``AssetWatcher``).
+:func:`next_drift_signal` and :func:`next_stall_signal`, the async waits for
+drift and for a stalled migration an event-driven scheduler's triggers run
+(Airflow's ``AssetWatcher``).
 Importing this package never imports Airflow.
 """
 
@@ -27,6 +28,12 @@ from migronaut_core.background.drift.events import (
 from migronaut_core.background.dry_run import DryRunReport, StepDryRunReport
 from migronaut_core.background.indexes import ConvergeReport, PruneReport
 from migronaut_core.background.lanes.lane import SliceResult
+from migronaut_core.background.stalls import (
+    StallSignal,
+    StallWatchSettings,
+    next_stall_signal,
+    stall_watch_settings,
+)
 from migronaut_core.background.telemetry import MetricsSink
 from migronaut_core.background.views import BackgroundStatusView, PartitionView
 from migronaut_core.baseline import BaselineResult
@@ -106,10 +113,14 @@ __all__ = [
     "RunPlan",
     "RunResult",
     "SliceResult",
+    "StallSignal",
+    "StallWatchSettings",
     "StatusRow",
     "StepDryRunReport",
     "TransactionsUnsupportedError",
     "drift_event_settings",
     "load_config",
     "next_drift_signal",
+    "next_stall_signal",
+    "stall_watch_settings",
 ]

@@ -1,9 +1,10 @@
 """DAG factories: one DAG per background migration, plus the drift, control and up DAGs.
 
-The collections' assets (each watched by a drift trigger) are the one exception
-to "no lookups": their URIs need the connection's host, read once per parse
-from the connection (never from MongoDB); without it the DAGs are built
-without assets and without the event-driven drift DAG.
+The assets (each collection's, watched by a drift trigger; migronaut's state
+collection's, watched by the stall trigger) are the one exception to "no
+lookups": their URIs need the connection's host, read once per parse from the
+connection (never from MongoDB); without it the DAGs are built without assets
+and without the event-driven drift and stall DAGs.
 
 Building a DAG reads no database and imports no migration: background migration
 files are found by parsing their source (a module-level ``background = …``), so
@@ -44,6 +45,7 @@ from migronaut_airflow.operators.background import (
 from migronaut_airflow.operators.drift import VerifyDriftEventsOperator
 from migronaut_airflow.sensors.lanes import BackgroundLanesSensor
 from migronaut_airflow.triggers.drift import CollectionDriftTrigger
+from migronaut_airflow.triggers.stall import StalledMigrationTrigger
 from migronaut_core import CONTROL_ACTIONS, STALL_SECONDS, files
 from migronaut_core.config import DEFAULT_BACKGROUND_COLLECTION
 
@@ -52,6 +54,8 @@ log = logging.getLogger(__name__)
 TAGS = ["migronaut"]
 #: The DAG that applies the on-drift policy when a drift trigger fires.
 DRIFT_EVENTS_DAG_ID = "migronaut_drift_events"
+#: The DAG that takes a stalled migration over when the stall trigger fires.
+STALLS_DAG_ID = "migronaut_stalls"
 #: Lanes run before the sensor that waits for them (``dag.test()`` runs one task at a time).
 LANE_PRIORITY = 100
 SENSOR_PRIORITY = 1
@@ -153,6 +157,13 @@ class Target:
                 self, "mongo_conn_id", mongo_conn_id_from(self.mongo_conn_id, conn_id)
             )
 
+    @property
+    def collection_prefix(self) -> str:
+        """The prefix of migronaut's background collections (config ``background_collection``)."""
+        return str(
+            self.migronaut_config.get("background_collection", DEFAULT_BACKGROUND_COLLECTION)
+        )
+
     def operator_args(self) -> OperatorArgs:
         return {
             "mongo_conn_id": self.mongo_conn_id,
@@ -188,9 +199,10 @@ def background_dag(
 
     ``coordinate`` → mapped ``lane`` tasks (one per claimable slot) and the
     deferrable ``wait_for_lanes`` sensor → ``continue`` (a new run when a new pass
-    or more work is needed). One active run at a time, plus a takeover the drift
-    DAG's heal starts beside a stalled one (a newer round). A lane waits up to
-    ``lane_deploy_wait`` for a deploy to bring its worker the registered file.
+    or more work is needed). One active run at a time, plus a takeover started
+    beside a stalled one (a newer round) by the stall DAG or the drift DAG's
+    heal. A lane waits up to ``lane_deploy_wait`` for a deploy to bring its
+    worker the registered file.
 
     :param collection_asset: the migrated collection's asset, the lanes' outlet
         (lineage shows which collection the migration rewrites).
@@ -204,7 +216,7 @@ def background_dag(
     with DAG(
         dag_id=dag_id_for(migration),
         schedule=None,
-        # One run at a time, and room for the heal's takeover of a stalled one.
+        # One run at a time, and room for a takeover of a stalled one.
         max_active_runs=2,
         catchup=False,
         tags=[*TAGS, "background"],
@@ -340,11 +352,7 @@ def collection_assets(target: Target, options: DriftEventOptions) -> dict[str, A
                 mongo_conn_id=target.mongo_conn_id,
                 database=target.database,
                 collection=collection,
-                collection_prefix=str(
-                    target.migronaut_config.get(
-                        "background_collection", DEFAULT_BACKGROUND_COLLECTION
-                    )
-                ),
+                collection_prefix=target.collection_prefix,
                 refire_after_seconds=options.refire_after_seconds,
                 refresh_seconds=options.refresh_seconds,
             )
@@ -412,6 +420,59 @@ def drift_events_dag(target: Target, assets: list[Asset], options: DriftEventOpt
     return dag
 
 
+def state_asset(target: Target, options: DriftEventOptions, stall: timedelta) -> Asset | None:
+    """Migronaut's state collection as an asset, watched by the stall trigger.
+
+    ``None`` when the host or the database cannot be told without a database read.
+    """
+    endpoint = _asset_endpoint(target, options)
+    if endpoint is None:
+        return None
+    host, port, database = endpoint
+    plain = create_asset(
+        host=host, port=port, database=database, collection=target.collection_prefix
+    )
+    trigger = StalledMigrationTrigger(
+        mongo_conn_id=target.mongo_conn_id,
+        database=target.database,
+        collection_prefix=target.collection_prefix,
+        stall_seconds=stall.total_seconds(),
+    )
+    return Asset(
+        name=plain.name,
+        uri=plain.uri,
+        extra=plain.extra,
+        watchers=[AssetWatcher(name=STALLS_DAG_ID, trigger=trigger)],
+    )
+
+
+def stalls_dag(target: Target, asset: Asset, stall: timedelta) -> DAG:
+    """``migronaut_stalls``: take over a migration as soon as nothing moved it for ``stall``.
+
+    Scheduled on the state collection's asset, whose stall trigger fires the
+    moment a running migration stands still for ``stall`` (no live lease, no
+    partition write, no progress, no coordinator step), instead of at the drift
+    DAG's next tick. Its heal starts a takeover run beside the stuck one (a newer
+    round, which the stuck run's later steps find ``superseded``), and a run for a
+    running migration that has none. Idempotent: a run with nothing stalled does nothing.
+    """
+    connection = target.operator_args()
+    with DAG(
+        dag_id=STALLS_DAG_ID,
+        schedule=asset,
+        max_active_runs=1,
+        catchup=False,
+        tags=TAGS,
+        doc_md="A running migration stood still past its stall time: take its run over.",
+        default_args={"retries": 2, "retry_delay": timedelta(seconds=5)},
+    ) as dag:
+        heal = HealBackgroundOperator(
+            task_id="heal", stall_seconds=stall.total_seconds(), **connection
+        )
+        _trigger_dags("start_migrations", heal, "stall")
+    return dag
+
+
 def control_dag(target: Target) -> DAG:
     """``migronaut_control``: a trigger form to pause, resume, cancel, retry, repin, unlock."""
     connection = target.operator_args()
@@ -464,13 +525,15 @@ def build_dags(
     drift_schedule: timedelta | str | None = timedelta(minutes=10),
     drift_events: DriftEventOptions | Mapping[str, Any] | bool = True,
     stall: timedelta = timedelta(seconds=STALL_SECONDS),
+    stall_watch: bool = True,
     conn_id: str | None = None,
     **background_options: Any,
 ) -> dict[str, DAG]:
     """Every migronaut DAG for one migrations directory, by DAG id (for a DAG file's globals).
 
     ``conn_id`` is the deprecated name of ``mongo_conn_id``; ``stall`` goes to
-    :func:`drift_dag`, ``background_options`` to :func:`background_dag`.
+    :func:`drift_dag` and :func:`stalls_dag` (built unless ``stall_watch`` is
+    false), ``background_options`` to :func:`background_dag`.
     ``drift_events``: the event-driven drift DAG and the collections' assets (see
     :func:`~migronaut_airflow.dags.drift_events.collection_assets`); ``False``
     builds neither, a mapping or :class:`DriftEventOptions` tunes them.
@@ -497,4 +560,6 @@ def build_dags(
     ]
     if options is not None and assets:
         dags.append(drift_events_dag(target, list(assets.values()), options))
+    if stall_watch and (watched := state_asset(target, options or DriftEventOptions(), stall)):
+        dags.append(stalls_dag(target, watched, stall))
     return {dag.dag_id: dag for dag in dags}

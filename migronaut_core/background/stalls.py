@@ -1,0 +1,154 @@
+"""Wait, asynchronously, until a running background migration stalls.
+
+A migration's driver can die or freeze while its run still looks alive to the
+scheduler (a lane task frozen, a worker gone without anyone noticing): its
+leases lapse and nothing moves it. :func:`next_stall_signal` is what an
+event-driven scheduler awaits to notice that as soon as the stall time has
+passed, instead of at its next periodic heal: it polls the running migrations
+and returns a :class:`StallSignal` naming those nothing has moved for
+``stall_seconds`` — the rule of
+:func:`~migronaut_core.background.coordinator.stalled_for`, the one the heal and
+the audit apply. Airflow's stall-watch trigger runs it in the triggerer; the
+takeover itself is a coordinator step with a new round, started by whoever
+receives the signal.
+
+A stall is signalled once. It is signalled again when the takeover never came
+(still stalled a whole ``stall_seconds`` after the signal) or when the
+migration moved and then stalled anew. What was signalled is noted in MongoDB
+before the signal is returned, so a restarted watch repeats nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pymongo.asynchronous.database import AsyncDatabase
+
+from migronaut_core.background.coordinator import STALL_SECONDS, idle_for, last_activity
+from migronaut_core.background.store import aware
+from migronaut_core.background.store.stalls import (
+    StallEvidence,
+    note_stall_signal_async,
+    read_stall_evidence_async,
+)
+from migronaut_core.config import BackgroundCollections
+from migronaut_core.errors import ConfigInvalidError
+
+__all__ = ["StallSignal", "StallWatchSettings", "next_stall_signal", "stall_watch_settings"]
+
+Document = dict[str, Any]
+
+#: MongoDB keeps milliseconds: a noted ``since`` may read back this much earlier.
+_STORED_PRECISION = timedelta(milliseconds=1)
+
+
+@dataclass(frozen=True, slots=True)
+class StallWatchSettings:
+    """How :func:`next_stall_signal` waits; built and checked by :func:`stall_watch_settings`.
+
+    :param stall_seconds: how long nothing may move a running migration before it
+        is signalled.
+    :param poll_seconds: how often the running migrations are read.
+    """
+
+    stall_seconds: float = STALL_SECONDS
+    poll_seconds: float = 30.0
+
+
+def stall_watch_settings(
+    *, stall_seconds: float = STALL_SECONDS, poll_seconds: float | None = None
+) -> StallWatchSettings:
+    """Check the options before anything connects; ``poll_seconds`` defaults to a tenth
+    of the stall time, between 1 and 30 seconds.
+
+    :raises ConfigInvalidError: naming the option.
+    """
+    if poll_seconds is None:
+        poll_seconds = min(30.0, max(1.0, stall_seconds / 10)) if _number(stall_seconds) else 0
+    for key, value, low, high in (
+        ("stall_seconds", stall_seconds, 1.0, 7 * 86_400.0),
+        ("poll_seconds", poll_seconds, 0.05, 3600.0),
+    ):
+        if not _number(value) or not low <= value <= high:
+            raise ConfigInvalidError(f"{key} must be between {low:g} and {high:g}", {"key": key})
+    return StallWatchSettings(stall_seconds=float(stall_seconds), poll_seconds=float(poll_seconds))
+
+
+def _number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float)
+
+
+@dataclass(frozen=True, slots=True)
+class StallSignal:
+    """Running migrations nothing has moved for the stall time: the ones to take over.
+
+    :param migrations: their names, oldest stall first.
+    :param idle_seconds: how long each has stood still, by name.
+    """
+
+    migrations: tuple[str, ...]
+    idle_seconds: dict[str, float]
+
+    def to_payload(self) -> dict[str, Any]:
+        """A JSON-safe payload: names and durations only."""
+        return {
+            "status": "stalled",
+            "migrations": list(self.migrations),
+            "idle_seconds": {name: round(value, 1) for name, value in self.idle_seconds.items()},
+        }
+
+
+async def next_stall_signal(
+    db: AsyncDatabase[Document],
+    collections: BackgroundCollections,
+    settings: StallWatchSettings | None = None,
+) -> StallSignal:
+    """Wait until a running migration is stalled and not yet signalled for it.
+
+    Returns one signal, noted first. Runs until then; cancel the task to stop
+    it. A ``PyMongoError`` is raised as is: the caller backs off and calls again.
+    """
+    chosen = settings or StallWatchSettings()
+    limit = timedelta(seconds=chosen.stall_seconds)
+    while True:
+        now = datetime.now(UTC)
+        due = [
+            (idle, evidence)
+            for evidence in await read_stall_evidence_async(db, collections)
+            if (idle := _signal_due(evidence, limit, now)) is not None
+        ]
+        if due:
+            due.sort(key=lambda pair: pair[0], reverse=True)
+            for _, evidence in due:
+                since = last_activity(evidence.state, evidence.last_partition_write)
+                assert since is not None  # a due stall was measured from it
+                await note_stall_signal_async(
+                    db, collections, evidence.name, since=since, fired_at=now
+                )
+            return StallSignal(
+                migrations=tuple(evidence.name for _, evidence in due),
+                idle_seconds={evidence.name: idle.total_seconds() for idle, evidence in due},
+            )
+        await asyncio.sleep(chosen.poll_seconds)
+
+
+def _signal_due(evidence: StallEvidence, limit: timedelta, now: datetime) -> timedelta | None:
+    """How long ``evidence``'s migration stood still, when that is a stall to signal now."""
+    if evidence.live_lease:
+        return None
+    idle = idle_for(evidence.state, evidence.last_partition_write, now=now)
+    if idle is None or idle < limit:
+        return None
+    since = last_activity(evidence.state, evidence.last_partition_write)
+    noted_since = evidence.signalled_since
+    noted_at = evidence.signalled_at
+    if noted_since is None or noted_at is None or since is None:
+        return idle
+    if aware(noted_since) < since - _STORED_PRECISION:
+        return idle  # it moved after the last signal, and stalled again
+    if now - aware(noted_at) >= limit:
+        return idle  # signalled, yet no takeover came: once more
+    return None
