@@ -33,11 +33,6 @@ def up(ctx):
 
 
 @pytest.fixture
-def migrations(tmp_path: Path) -> Path:
-    return tmp_path / "migrations"
-
-
-@pytest.fixture
 def kit(mongo_uri: str, db: Db, migrations: Path) -> Migronaut:
     write_migration(migrations, FIRST)
     with make_kit(mongo_uri, db, migrations) as kit:

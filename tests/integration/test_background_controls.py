@@ -40,11 +40,6 @@ def revert(doc, ctx):
 
 
 @pytest.fixture
-def migrations(tmp_path: Path) -> Path:
-    return tmp_path / "migrations"
-
-
-@pytest.fixture
 def kit(mongo_uri: str, db: Database[dict[str, Any]], migrations: Path) -> Iterator[Migronaut]:
     with make_kit(mongo_uri, db, migrations, lock_ttl_seconds=5) as kit:
         yield kit

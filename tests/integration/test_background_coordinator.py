@@ -20,11 +20,6 @@ from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_bac
 
 
 @pytest.fixture
-def migrations(tmp_path: Path) -> Path:
-    return tmp_path / "migrations"
-
-
-@pytest.fixture
 def kit(mongo_uri: str, db: Database[dict[str, Any]], migrations: Path) -> Iterator[Migronaut]:
     with make_kit(mongo_uri, db, migrations, lock_ttl_seconds=4) as kit:
         yield kit

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from migronaut_core import (
     MigrationInvalidNameError,
     Migronaut,
 )
-from tests.support.background import make_kit, write_background
+from tests.support.background import write_background
 from tests.support.cli import configure, migronaut
 from tests.support.runner import write_migration
 
@@ -37,12 +36,6 @@ def migrations(tmp_path: Path) -> Path:
     write_background(path, B, body=ONE_WAY)
     write_migration(path, C)
     return path
-
-
-@pytest.fixture
-def kit(mongo_uri: str, db: Database[dict[str, Any]], migrations: Path) -> Iterator[Migronaut]:
-    with make_kit(mongo_uri, db, migrations) as kit:
-        yield kit
 
 
 def test_baseline_records_a_prefix_as_adopted_without_running_it(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +25,6 @@ from tests.support.background import (
     seed_users,
     write_background,
 )
-
-
-@pytest.fixture
-def migrations(tmp_path: Path) -> Path:
-    return tmp_path / "migrations"
-
-
-@pytest.fixture
-def kit(mongo_uri: str, db: Database[dict[str, Any]], migrations: Path) -> Iterator[Migronaut]:
-    with make_kit(mongo_uri, db, migrations) as kit:
-        yield kit
 
 
 def test_control_background_applies_every_action_and_answers_a_control_result(

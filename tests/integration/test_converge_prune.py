@@ -35,11 +35,6 @@ LOG = "migronaut_background_converge_log"
 
 
 @pytest.fixture
-def migrations(tmp_path: Path) -> Path:
-    return tmp_path / "migrations"
-
-
-@pytest.fixture
 def config_db(mongo_client: MongoClient[dict[str, Any]], db: Db) -> Iterator[Db]:
     """A stand-in for the cluster's ``config`` database."""
     database = mongo_client[f"{db.name}_cfg"]

@@ -20,11 +20,6 @@ LONG_TTL_SECONDS = 60
 
 
 @pytest.fixture
-def migrations(tmp_path: Path) -> Path:
-    return tmp_path / "migrations"
-
-
-@pytest.fixture
 def kit(mongo_uri: str, db: Database[dict[str, Any]], migrations: Path) -> Iterator[Migronaut]:
     with make_kit(mongo_uri, db, migrations, lock_ttl_seconds=LONG_TTL_SECONDS) as kit:
         yield kit

@@ -38,11 +38,6 @@ VERSION_INDEX = "_v_1__id_1"
 
 
 @pytest.fixture
-def migrations(tmp_path: Path) -> Path:
-    return tmp_path / "migrations"
-
-
-@pytest.fixture
 def kit(mongo_uri: str, db: Db, migrations: Path) -> Iterator[Migronaut]:
     """A kit whose split migration (users, ``_v`` 1 → 2) has completed."""
     write_background(migrations, batch_size=100, max_parallel=2)

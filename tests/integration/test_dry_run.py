@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ from pymongo.database import Database
 from migronaut_core import Migronaut
 from migronaut_core.background.dry_run import DryRunReport, sandbox
 from migronaut_core.errors import ConfigInvalidError, TransactionsUnsupportedError
-from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
+from tests.support.background import SPLIT_NAME, seed_users, write_background
 from tests.support.cli import configure, migronaut
 
 #: A value only the transforms below produce: it must never show in a report or a log.
@@ -75,17 +74,6 @@ background = {"mode": "step", "from": 1, "to": 2}
 def step(ctx):
     return {"checkpoint": None, "done": True}
 """
-
-
-@pytest.fixture
-def migrations(tmp_path: Path) -> Path:
-    return tmp_path / "migrations"
-
-
-@pytest.fixture
-def kit(mongo_uri: str, db: Database[dict[str, Any]], migrations: Path) -> Iterator[Migronaut]:
-    with make_kit(mongo_uri, db, migrations) as kit:
-        yield kit
 
 
 def users_hash(db: Database[dict[str, Any]]) -> str:

@@ -37,17 +37,6 @@ def revert(doc, ctx):
 """
 
 
-@pytest.fixture
-def migrations(tmp_path: Path) -> Path:
-    return tmp_path / "migrations"
-
-
-@pytest.fixture
-def kit(mongo_uri: str, db: Database[dict[str, Any]], migrations: Path) -> Iterator[Migronaut]:
-    with make_kit(mongo_uri, db, migrations) as kit:
-        yield kit
-
-
 def _seed_declared(db: Database[dict[str, Any]], count: int) -> None:
     db.users.insert_many([{"_id": i, "name": f"F{i} L{i}", "sv": 1} for i in range(count)])
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,7 @@ from pymongo.database import Database
 
 from migronaut_core import IrreversibleMigrationError, Migronaut
 from migronaut_core.changelog import Actor
-from tests.support.background import make_kit, write_background
+from tests.support.background import write_background
 from tests.support.cli import configure, migronaut
 from tests.support.runner import write_migration
 
@@ -39,12 +38,6 @@ def migrations(tmp_path: Path) -> Path:
         path, NEEDS, f'requires = ["{ORDERS}"]\n\ndef up(ctx):\n    ctx.db.marks.insert_one({{}})\n'
     )
     return path
-
-
-@pytest.fixture
-def kit(mongo_uri: str, db: Database[dict[str, Any]], migrations: Path) -> Iterator[Migronaut]:
-    with make_kit(mongo_uri, db, migrations) as kit:
-        yield kit
 
 
 def snapshot(db: Database[dict[str, Any]]) -> dict[str, Any]:

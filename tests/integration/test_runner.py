@@ -27,11 +27,6 @@ A, B, C = "20240101000000_a", "20240102000000_b", "20240103000000_c"
 
 
 @pytest.fixture
-def migrations(tmp_path: Path) -> Path:
-    return tmp_path / "migrations"
-
-
-@pytest.fixture
 def kit(mongo_uri: str, db: Database[dict[str, Any]], migrations: Path) -> Iterator[Migronaut]:
     with Migronaut(uri=mongo_uri, database=db.name, migrations_dir=str(migrations)) as kit:
         yield kit

@@ -42,11 +42,6 @@ def cluster(mongo_client: MongoClient[Doc]) -> MongoClient[Doc]:
 
 
 @pytest.fixture
-def migrations(tmp_path: Path) -> Path:
-    return tmp_path / "migrations"
-
-
-@pytest.fixture
 def sharded_db(cluster: MongoClient[Doc], db: Database[Doc]) -> Iterator[Database[Doc]]:
     cluster.admin.command("enableSharding", db.name)
     yield db

@@ -50,11 +50,6 @@ def _replica_set_only(mongo_client: MongoClient[Doc]) -> None:
 
 
 @pytest.fixture
-def migrations(tmp_path: Path) -> Path:
-    return tmp_path / "migrations"
-
-
-@pytest.fixture
 def config_db(mongo_client: MongoClient[Doc], db: Database[Doc]) -> Iterator[Database[Doc]]:
     """Where the recorded cluster metadata lives (a stand-in for ``config``)."""
     database = mongo_client[f"{db.name}_cfg"]
