@@ -129,30 +129,19 @@ def _converge_one(
     if recording is None:  # dropped since it was checked: still never created here
         raise missing_error([RequiredIndex(definition.name, tuple(key))])
     name = "_".join(f"{field}_{kind}" for field, kind in key)  # the server's default name
-    if not _create(rt, definition.name, key, name):
+    _create(rt, definition.name, key, name)
+    # Converges racing here all create it; the log's claim says which one reports it.
+    if not recording.log.record_creation(
+        collection=definition.name, name=name, key=key, actor=recording.actor
+    ):
         return IndexReport(definition.name, "exists", dict(key), name, sharding, note)
-    recording.log.record(
-        collection=definition.name, action="created", name=name, key=key, actor=recording.actor
-    )
     log.info("converge: created the version index %s on %s", name, definition.name)
     return IndexReport(definition.name, "created", dict(key), name, sharding, note)
 
 
-def _create(rt: Runtime, collection: str, key: IndexKey, name: str) -> bool:
-    """Create the index; whether this call made it (False: a concurrent converge was first).
-
-    Behind a ``mongos`` the reply holds one reply per shard (``raw``).
-    """
-    index = {"key": dict(key), "name": name}
-    reply = rt.db.command({"createIndexes": collection, "indexes": [index]})
-    replies = list(reply["raw"].values()) if "raw" in reply else [reply]
-    # The count's rise can be hidden by a concurrent prune's drop; the server adds a
-    # note exactly when it built nothing.
-    return any(
-        int(one.get("numIndexesAfter", 0)) > int(one.get("numIndexesBefore", 0))
-        or ("numIndexesAfter" in one and "note" not in one)
-        for one in replies
-    )
+def _create(rt: Runtime, collection: str, key: IndexKey, name: str) -> None:
+    """Create the index (a no-op when it exists, a wait when an identical build runs)."""
+    rt.db.command({"createIndexes": collection, "indexes": [{"key": dict(key), "name": name}]})
 
 
 def converge(

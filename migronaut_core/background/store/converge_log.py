@@ -26,6 +26,7 @@ from migronaut_core.changelog import Actor
 __all__ = ["ConvergeAction", "ConvergeLog", "converge_entry_view"]
 
 Document = dict[str, Any]
+_NEWEST_FIRST = [("at", DESCENDING), ("_id", DESCENDING)]
 ConvergeAction = Literal["created", "dropped"]
 
 
@@ -49,18 +50,43 @@ class ConvergeLog:
         actor: Actor,
     ) -> None:
         """Append one entry, stamped with the server's clock."""
-        entry = {
-            "collection": collection,
-            "action": action,
-            "index": name,
-            "key": dict(key),
-            "by": {**actor.fields(), "host": socket.gethostname(), "pid": os.getpid()},
+        self._insert(ObjectId(), _entry(collection, action, name, key, actor))
+
+    def record_creation(
+        self, *, collection: str, name: str, key: Sequence[tuple[str, Any]], actor: Actor
+    ) -> bool:
+        """Record that ``name`` was created, unless a concurrent converge already did.
+
+        Several converges that found the index missing all call ``createIndexes``,
+        and the server's replies cannot tell which one built it (measured: under
+        a concurrent drop, none may say so). So the entry itself is the claim: its
+        ``_id`` names the index's latest entry before it, and only one converge can
+        insert a given ``_id``. Whether this one was first: True when it recorded.
+        """
+        latest = self.entries.find_one(
+            {"collection": collection, "index": name}, sort=_NEWEST_FIRST
+        )
+        if latest is not None and latest.get("action") == "created":
+            return False  # a concurrent converge recorded this creation already
+        after = None if latest is None else latest["_id"]
+        claim = {"created": collection, "index": name, "after": after}
+        return self._insert(claim, _entry(collection, "created", name, key, actor))
+
+    def _insert(self, entry_id: Any, entry: Document) -> bool:
+        """Insert ``entry`` under ``entry_id`` stamped with the server's clock; an entry
+        already there is left as it is. Whether it was inserted."""
+        fresh = {
+            **{k: {"$literal": v} for k, v in entry.items()},
+            "_id": {"$literal": entry_id},
+            "at": "$$NOW",
         }
-        self.entries.update_one(
-            {"_id": ObjectId()},
-            [{"$set": {**{k: {"$literal": v} for k, v in entry.items()}, "at": "$$NOW"}}],
+        absent = {"$eq": [{"$type": "$at"}, "missing"]}
+        result = self.entries.update_one(
+            {"_id": entry_id},
+            [{"$replaceWith": {"$cond": [absent, fresh, "$$ROOT"]}}],
             upsert=True,
         )
+        return result.upserted_id is not None
 
     def created(self) -> list[Document]:
         """The indexes converge created and has not dropped since: each one's latest entry."""
@@ -84,9 +110,23 @@ class ConvergeLog:
     def read(self, collection: str | None = None, limit: int = 100) -> list[Document]:
         """The latest ``limit`` entries (of one collection, or all), newest first."""
         match: Document = {} if collection is None else {"collection": collection}
-        return list(
-            self.entries.find(match).sort([("at", DESCENDING), ("_id", DESCENDING)]).limit(limit)
-        )
+        return list(self.entries.find(match).sort(_NEWEST_FIRST).limit(limit))
+
+
+def _entry(
+    collection: str,
+    action: ConvergeAction,
+    name: str,
+    key: Sequence[tuple[str, Any]],
+    actor: Actor,
+) -> Document:
+    return {
+        "collection": collection,
+        "action": action,
+        "index": name,
+        "key": dict(key),
+        "by": {**actor.fields(), "host": socket.gethostname(), "pid": os.getpid()},
+    }
 
 
 def converge_entry_view(entry: Mapping[str, Any]) -> dict[str, Any]:
