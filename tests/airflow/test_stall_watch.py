@@ -1,0 +1,209 @@
+"""The stall trigger, its asset and the migronaut_stalls DAG, without an Airflow server.
+
+The trigger runs against the real replica set (``run()`` driven directly, as the
+triggerer would) over a migration whose driver planned, worked one slice and
+went away; the DAGs are built by ``build_dags`` from parsed files, as the dag
+processor builds them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.sdk import Asset
+from pymongo.database import Database
+
+from migronaut_airflow.dags.factory import STALLS_DAG_ID, build_dags
+from migronaut_airflow.operators.background import HealBackgroundOperator
+from migronaut_airflow.triggers.stall import StalledMigrationTrigger
+from migronaut_core import Migronaut
+from migronaut_core.config import BackgroundCollections
+from migronaut_core.errors import ConfigInvalidError
+from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
+
+pytestmark = [pytest.mark.airflow]
+
+CLASSPATH = "migronaut_airflow.triggers.stall.StalledMigrationTrigger"
+NAMES = BackgroundCollections.from_prefix("migronaut_background")
+#: A short lease, so an abandoned slice's lease is gone well before the stall time.
+TTL_SECONDS = 1
+STALL = 1.5
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def abandoned(
+    mongo_uri: str, db: Database[dict[str, Any]], tmp_path: Path, migronaut_connection: str
+) -> Iterator[Migronaut]:
+    """A driver that planned, worked one short slice and went away: running, no lease held."""
+    seed_users(db, 500)
+    db.users.create_index([("_v", 1), ("_id", 1)])
+    # 10 ms a document: one slice of 100 ms leaves most of the work undone.
+    write_background(tmp_path / "migrations", batch_size=100, per_document_seconds=0.01)
+    with make_kit(mongo_uri, db, tmp_path / "migrations", lock_ttl_seconds=TTL_SECONDS) as kit:
+        kit.up()
+        assert kit.coordinate_background(SPLIT_NAME).next == "process"
+        assert kit.run_background_slice(SPLIT_NAME, slice_ms=100).outcome in (
+            "yielded",
+            "exhausted",
+        )
+        yield kit
+
+
+def test_serialize_pins_classpath_and_kwargs() -> None:
+    trigger = StalledMigrationTrigger(
+        mongo_conn_id="mongo_prod",
+        database="shop",
+        collection_prefix="mig_bg",
+        stall_seconds=120.0,
+        poll_seconds=3.0,
+    )
+    classpath, kwargs = trigger.serialize()
+    assert classpath == CLASSPATH
+    assert kwargs == {
+        "mongo_conn_id": "mongo_prod",
+        "database": "shop",
+        "collection_prefix": "mig_bg",
+        "stall_seconds": 120.0,
+        "poll_seconds": 3.0,
+    }
+    # What the triggerer rebuilds it from is what it serializes again (defaults included).
+    assert StalledMigrationTrigger(**kwargs).serialize() == (classpath, kwargs)
+    _, defaults = StalledMigrationTrigger(database=None).serialize()
+    assert StalledMigrationTrigger(**defaults).serialize()[1] == defaults
+
+
+@pytest.mark.parametrize(
+    ("options", "key"),
+    [
+        ({"stall_seconds": 0.5}, "stall_seconds"),
+        ({"stall_seconds": True}, "stall_seconds"),
+        ({"stall_seconds": 30.0, "poll_seconds": 0}, "poll_seconds"),
+        ({"stall_seconds": 30.0, "poll_seconds": 7200.0}, "poll_seconds"),
+    ],
+)
+def test_bad_settings_are_refused_when_the_trigger_is_built(
+    options: dict[str, Any], key: str
+) -> None:
+    with pytest.raises(ConfigInvalidError) as caught:
+        StalledMigrationTrigger(database=None, **options)
+    assert caught.value.context["key"] == key
+
+
+@pytest.mark.anyio
+async def test_run_yields_one_value_free_event_for_an_abandoned_migration_then_returns(
+    abandoned: Migronaut,
+    db: Database[dict[str, Any]],
+    migronaut_connection: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="migronaut_core")
+    caplog.set_level(logging.DEBUG, logger="airflow.task")
+    trigger = StalledMigrationTrigger(
+        mongo_conn_id=migronaut_connection, database=None, stall_seconds=STALL, poll_seconds=0.1
+    )
+    started = time.monotonic()
+    events = trigger.run()
+    event = await asyncio.wait_for(events.__anext__(), 30)
+    waited = time.monotonic() - started
+    with pytest.raises(StopAsyncIteration):
+        await asyncio.wait_for(events.__anext__(), 5)
+
+    assert event.payload == {
+        "status": "stalled",
+        "migrations": [SPLIT_NAME],
+        "idle_seconds": {SPLIT_NAME: event.payload["idle_seconds"][SPLIT_NAME]},
+    }
+    assert event.payload["idle_seconds"][SPLIT_NAME] >= STALL
+    assert waited >= STALL - 0.3  # not before: the slice's checkpoint was just written
+    # The heal's rule agrees, and the signal was noted before it was handed on.
+    assert abandoned.stalled_background(stall_seconds=STALL) == [SPLIT_NAME]
+    noted = db[NAMES.drift_events].find_one({"_id": {"stall": SPLIT_NAME}})
+    assert noted is not None and noted["counters"]["fired"] == 1
+    # Names and durations only: no document value in the event, its log line or any log.
+    described = trigger.describe(event.payload)
+    assert described.startswith(f"Stalled: {SPLIT_NAME} (") and described.endswith(" s)")
+    ours = [r for r in caplog.records if r.name.startswith(("migronaut", "airflow"))]
+    logged = "\n".join([described, repr(event.payload), *(r.getMessage() for r in ours)])
+    assert "First" not in logged and "Last" not in logged
+
+
+@pytest.mark.anyio
+async def test_run_stays_quiet_while_the_migration_is_within_its_stall_time(
+    abandoned: Migronaut, migronaut_connection: str
+) -> None:
+    trigger = StalledMigrationTrigger(
+        mongo_conn_id=migronaut_connection, database=None, stall_seconds=30.0, poll_seconds=0.1
+    )
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(trigger.run().__anext__(), 2.0)
+
+
+def test_the_factory_watches_the_state_collection_and_builds_migronaut_stalls(
+    tmp_path: Path, db: Database[dict[str, Any]], migronaut_connection: str
+) -> None:
+    migrations = tmp_path / "migrations"
+    write_background(migrations)
+
+    dags = build_dags(migrations, stall=timedelta(seconds=42))
+
+    stalls = dags[STALLS_DAG_ID]
+    asset = stalls.timetable.asset_condition  # scheduled on the one asset itself
+    assert isinstance(asset, Asset)
+    assert asset.uri.startswith("mongodb://127.0.0.1:")
+    assert asset.uri.endswith(f"/{db.name}/migronaut_background")
+    (watcher,) = asset.watchers
+    assert watcher.name == STALLS_DAG_ID
+    assert isinstance(watcher.trigger, StalledMigrationTrigger)
+    classpath, kwargs = watcher.trigger.serialize()
+    assert classpath == CLASSPATH
+    assert kwargs == {
+        "mongo_conn_id": migronaut_connection,
+        "database": None,
+        "collection_prefix": "migronaut_background",
+        "stall_seconds": 42.0,
+        "poll_seconds": None,
+    }
+    assert [task.task_id for task in stalls.topological_sort()] == ["heal", "start_migrations"]
+    heal = stalls.get_task("heal")
+    assert isinstance(heal, HealBackgroundOperator)
+    assert heal.stall_seconds == 42.0
+    # The drift DAG's heal takes the same stall time.
+    drift_heal = dags["migronaut_drift"].get_task("heal")
+    assert isinstance(drift_heal, HealBackgroundOperator)
+    assert drift_heal.stall_seconds == 42.0
+
+
+def test_the_state_asset_follows_a_configured_prefix(
+    tmp_path: Path, db: Database[dict[str, Any]], migronaut_connection: str
+) -> None:
+    migrations = tmp_path / "migrations"
+    write_background(migrations)
+    dags = build_dags(migrations, migronaut_config={"background_collection": "mig_bg"})
+    asset = dags[STALLS_DAG_ID].timetable.asset_condition
+    assert isinstance(asset, Asset)
+    assert asset.uri.endswith(f"/{db.name}/mig_bg")
+    (watcher,) = asset.watchers
+    assert watcher.trigger.serialize()[1]["collection_prefix"] == "mig_bg"
+
+
+def test_without_the_watch_or_a_readable_connection_no_migronaut_stalls(
+    tmp_path: Path, migronaut_connection: str
+) -> None:
+    migrations = tmp_path / "migrations"
+    write_background(migrations)
+    assert STALLS_DAG_ID not in build_dags(migrations, stall_watch=False)
+    assert STALLS_DAG_ID not in build_dags(migrations, mongo_conn_id="migronaut_no_such_connection")
+    # Without the drift events, the stall watch still stands on its own.
+    assert STALLS_DAG_ID in build_dags(migrations, drift_events=False)
