@@ -11,12 +11,11 @@ checked on its own too.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pymongo import AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.database import Database
 
@@ -46,11 +45,6 @@ QUIET_SECONDS = 1.5
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def kit(mongo_uri: str, db: Database[dict[str, Any]], tmp_path: Path) -> Iterator[Migronaut]:
     """The split migration over 50 users, completed."""
     write_background(tmp_path / "migrations", batch_size=100, max_parallel=2)
@@ -60,15 +54,6 @@ def kit(mongo_uri: str, db: Database[dict[str, Any]], tmp_path: Path) -> Iterato
         kit.up()
         assert kit.run_background(SPLIT_NAME, concurrency=2)["status"] == "completed"
         yield kit
-
-
-@pytest.fixture
-async def adb(mongo_uri: str, db: Database[dict[str, Any]]) -> AsyncIterator[AsyncDatabase[Any]]:
-    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(mongo_uri)
-    try:
-        yield client[db.name]
-    finally:
-        await client.close()
 
 
 def settings(refire: float = NEVER) -> Any:

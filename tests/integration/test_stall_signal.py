@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pymongo import AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.database import Database
 
@@ -40,11 +39,6 @@ SETTINGS = stall_watch_settings(stall_seconds=STALL, poll_seconds=0.1)
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def kit(mongo_uri: str, db: Database[dict[str, Any]], tmp_path: Path) -> Iterator[Migronaut]:
     seed_users(db, 500)
     # 10 ms a document: a batch of 100 takes a second, so a working lane holds its lease.
@@ -52,15 +46,6 @@ def kit(mongo_uri: str, db: Database[dict[str, Any]], tmp_path: Path) -> Iterato
     with make_kit(mongo_uri, db, tmp_path / "migrations", lock_ttl_seconds=TTL_SECONDS) as kit:
         kit.up()
         yield kit
-
-
-@pytest.fixture
-async def adb(mongo_uri: str, db: Database[dict[str, Any]]) -> AsyncIterator[AsyncDatabase[Any]]:
-    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(mongo_uri)
-    try:
-        yield client[db.name]
-    finally:
-        await client.close()
 
 
 def abandoned(kit: Migronaut) -> None:
