@@ -133,11 +133,16 @@ def stalled_for(
     name = str(state["_id"])
     if rt.store.has_live_lease(name):
         return None
-    return idle_for(state, rt.store.last_partition_write(name), now=now)
+    since = last_activity(state, rt.store.last_partition_write(name))
+    if since is None:
+        return None
+    idle = (now or datetime.now(UTC)) - since
+    return idle if idle > timedelta(0) else None
 
 
 def last_activity(state: Mapping[str, Any], last_partition_write: Any) -> datetime | None:
-    """The latest of a state's progress, its coordinator step and a partition write."""
+    """The latest of a state's progress, its coordinator step and a partition write:
+    what :func:`stalled_for` measures from (the async stall watch too)."""
     seen = [
         aware(value)
         for value in (
@@ -148,18 +153,6 @@ def last_activity(state: Mapping[str, Any], last_partition_write: Any) -> dateti
         if isinstance(value, datetime)
     ]
     return max(seen) if seen else None
-
-
-def idle_for(
-    state: Mapping[str, Any], last_partition_write: Any, *, now: datetime | None = None
-) -> timedelta | None:
-    """:func:`stalled_for`'s rule once the live leases were ruled out: the time since
-    :func:`last_activity`, or None when nothing was ever recorded (async readers share it)."""
-    since = last_activity(state, last_partition_write)
-    if since is None:
-        return None
-    idle = (now or datetime.now(UTC)) - since
-    return idle if idle > timedelta(0) else None
 
 
 def _retry_soon(rt: Runtime, reason: str | None = None, *, next: str = "wait") -> Answer:

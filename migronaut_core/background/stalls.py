@@ -27,7 +27,7 @@ from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
-from migronaut_core.background.coordinator import STALL_SECONDS, idle_for, last_activity
+from migronaut_core.background.coordinator import STALL_SECONDS, last_activity
 from migronaut_core.background.store import aware
 from migronaut_core.background.store.stalls import (
     StallEvidence,
@@ -66,26 +66,23 @@ def stall_watch_settings(
 
     :raises ConfigInvalidError: naming the option.
     """
+    _check_range("stall_seconds", stall_seconds, 1.0, 7 * 86_400.0)
     if poll_seconds is None:
-        poll_seconds = min(30.0, max(1.0, stall_seconds / 10)) if _number(stall_seconds) else 0
-    for key, value, low, high in (
-        ("stall_seconds", stall_seconds, 1.0, 7 * 86_400.0),
-        ("poll_seconds", poll_seconds, 0.05, 3600.0),
-    ):
-        if not _number(value) or not low <= value <= high:
-            raise ConfigInvalidError(f"{key} must be between {low:g} and {high:g}", {"key": key})
+        poll_seconds = min(30.0, max(1.0, stall_seconds / 10))
+    _check_range("poll_seconds", poll_seconds, 0.05, 3600.0)
     return StallWatchSettings(stall_seconds=float(stall_seconds), poll_seconds=float(poll_seconds))
 
 
-def _number(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int | float)
+def _check_range(key: str, value: Any, low: float, high: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise ConfigInvalidError(f"{key} must be between {low:g} and {high:g}", {"key": key})
 
 
 @dataclass(frozen=True, slots=True)
 class StallSignal:
     """Running migrations nothing has moved for the stall time: the ones to take over.
 
-    :param migrations: their names, oldest stall first.
+    :param migrations: their names, longest stalled first.
     :param idle_seconds: how long each has stood still, by name.
     """
 
@@ -116,39 +113,42 @@ async def next_stall_signal(
     while True:
         now = datetime.now(UTC)
         due = [
-            (idle, evidence)
+            stall
             for evidence in await read_stall_evidence_async(db, collections)
-            if (idle := _signal_due(evidence, limit, now)) is not None
+            if (stall := _due_stall(evidence, limit, now)) is not None
         ]
         if due:
-            due.sort(key=lambda pair: pair[0], reverse=True)
-            for _, evidence in due:
-                since = last_activity(evidence.state, evidence.last_partition_write)
-                assert since is not None  # a due stall was measured from it
+            due.sort(key=lambda stall: stall.since)
+            for stall in due:
                 await note_stall_signal_async(
-                    db, collections, evidence.name, since=since, fired_at=now
+                    db, collections, stall.name, since=stall.since, fired_at=now
                 )
             return StallSignal(
-                migrations=tuple(evidence.name for _, evidence in due),
-                idle_seconds={evidence.name: idle.total_seconds() for idle, evidence in due},
+                migrations=tuple(stall.name for stall in due),
+                idle_seconds={stall.name: (now - stall.since).total_seconds() for stall in due},
             )
         await asyncio.sleep(chosen.poll_seconds)
 
 
-def _signal_due(evidence: StallEvidence, limit: timedelta, now: datetime) -> timedelta | None:
-    """How long ``evidence``'s migration stood still, when that is a stall to signal now."""
+@dataclass(frozen=True, slots=True)
+class _Stall:
+    name: str
+    since: datetime
+
+
+def _due_stall(evidence: StallEvidence, limit: timedelta, now: datetime) -> _Stall | None:
+    """``evidence``'s migration as a stall to signal now, or None."""
     if evidence.live_lease:
         return None
-    idle = idle_for(evidence.state, evidence.last_partition_write, now=now)
-    if idle is None or idle < limit:
-        return None
     since = last_activity(evidence.state, evidence.last_partition_write)
-    noted_since = evidence.signalled_since
-    noted_at = evidence.signalled_at
-    if noted_since is None or noted_at is None or since is None:
-        return idle
+    if since is None or now - since < limit:
+        return None
+    stall = _Stall(evidence.name, since)
+    noted_since, noted_at = evidence.signalled_since, evidence.signalled_at
+    if noted_since is None or noted_at is None:
+        return stall
     if aware(noted_since) < since - _STORED_PRECISION:
-        return idle  # it moved after the last signal, and stalled again
+        return stall  # it moved after the last signal, and stalled again
     if now - aware(noted_at) >= limit:
-        return idle  # signalled, yet no takeover came: once more
+        return stall  # signalled, yet no takeover came: once more
     return None
