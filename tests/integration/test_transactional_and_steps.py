@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 from pymongo import MongoClient
 from pymongo.database import Database
+from pymongo.errors import OperationFailure, PyMongoError
 
 from migronaut_core import BackgroundFailedError
+from migronaut_core.background.engine.transactional import discard
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 from tests.support.servers import fail_point
 
@@ -331,3 +333,35 @@ def test_a_document_failed_before_the_batch_halves_is_counted_once(
     assert state is not None
     assert state["bad_ids"] == [40]
     assert db.users.count_documents({"ok": True}) == 199
+
+
+def test_a_transaction_whose_commit_was_cut_off_is_killed_so_the_next_attempt_can_write(
+    mongo_uri: str, mongo_client: MongoClient[dict[str, Any]], db: Database[dict[str, Any]]
+) -> None:
+    # A commit whose connection drops before the server reads it leaves the
+    # transaction open on the server, its writes blocking every later attempt on the
+    # same document (WriteConflict) for 60 s: longer than a batch's retries last.
+    app = f"discard-{db.name}"
+    db.docs.insert_one({"_id": 1, "n": 0})
+    with MongoClient(mongo_uri, appname=app) as client:
+        docs = client[db.name].docs
+
+        def increment() -> None:
+            with client.start_session() as session:
+                session.start_transaction()
+                docs.update_one({"_id": 1}, {"$inc": {"n": 1}}, session=session)
+                session.commit_transaction()
+
+        data = {"failCommands": ["commitTransaction"], "closeConnection": True, "appName": app}
+        with client.start_session() as cut_off:
+            cut_off.start_transaction()
+            docs.update_one({"_id": 1}, {"$inc": {"n": 1}}, session=cut_off)
+            # Twice: the driver retries a commit once by itself.
+            with fail_point(mongo_client, data, {"times": 2}), pytest.raises(PyMongoError):
+                cut_off.commit_transaction()
+            with pytest.raises(OperationFailure) as conflict:
+                increment()
+            assert conflict.value.code == 112  # the orphan holds the document
+            discard(client, cut_off)
+        increment()  # at once, not 60 s later
+    assert db.docs.find_one({"_id": 1}) == {"_id": 1, "n": 1}

@@ -26,6 +26,7 @@ from migronaut_core.background.engine.transactional import (
     TRANSIENT_BACKOFF,
     BatchStoppedError,
     commit,
+    discard,
     transaction_options,
 )
 from migronaut_core.background.job import Job
@@ -155,8 +156,7 @@ def _in_transaction(
             except LockLostError:
                 raise
             except Exception as error:
-                if session.in_transaction:
-                    session.abort_transaction()
+                discard(ctx.client, session)
                 if (
                     not is_transient_transaction(error)
                     or attempt >= job.spec.transaction.max_retries

@@ -18,7 +18,8 @@ Trouble is handled batch by batch:
 - alone in a batch, a conflicting document is passed over (the next pass takes it)
   and one too big or too slow becomes a document error;
 - clean batches grow back x1.5 after five in a row;
-- a commit whose result is unknown is committed again (it is idempotent).
+- a commit whose result is unknown is committed again (it is idempotent), and a
+  transaction this side could not abort is killed on the server (:func:`discard`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import bson
-from pymongo import ReadPreference
+from pymongo import MongoClient, ReadPreference
 from pymongo.client_session import ClientSession
 from pymongo.errors import PyMongoError
 from pymongo.read_concern import ReadConcern
@@ -241,19 +242,32 @@ def _attempt(
             )
             commit(session)
         except (LockLostError, DocumentFailedError):
-            _abort(session)
+            discard(ctx.client, session)
             raise
         except Exception as error:
-            _abort(session)
+            discard(ctx.client, session)
             raise _AttemptFailedError(docs, error) from error
     _grow(sizing, size, spec.batch_size)
     return result, next_cursor, counters
 
 
-def _abort(session: ClientSession) -> None:
+def discard(client: MongoClient[Any], session: ClientSession) -> None:
+    """End a failed attempt's transaction on the server now; never raises.
+
+    An abort does it while the transaction is open on this side. After a commit
+    whose outcome is unknown (its connection dropped before the server read it)
+    or an abort that failed, the server still holds the transaction open, and its
+    writes make every later attempt on the same documents fail with WriteConflict
+    until its lifetime limit (60 s by default) — longer than the retries last.
+    Killing the session aborts it at once; a commit that did apply stays applied,
+    and the next attempt's guarded writes and fenced checkpoint skip what it did.
+    """
     if session.in_transaction:
         with contextlib.suppress(PyMongoError):
             session.abort_transaction()
+            return
+    with contextlib.suppress(PyMongoError):
+        client.admin.command("killSessions", [session.session_id])
 
 
 def _grow(sizing: TransactionSizing, size: int, batch_size: int) -> None:
