@@ -23,7 +23,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 from urllib.parse import quote
 
 import httpx
@@ -180,6 +181,30 @@ class AirflowApi:
     def log_tail(self, lines: int = 80) -> str:
         """The end of this Airflow's log(s)."""
         raise NotImplementedError
+
+    def start(self) -> None:
+        """Start every process and wait until the API answers."""
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Stop every process this Airflow started."""
+        raise NotImplementedError
+
+    # -- as a context manager: stopped whatever the outcome, its log shown on an error ---
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if isinstance(exc, Exception):
+            print(self.log_tail(), file=sys.stderr)
+        self.stop()
 
     # -- connecting ---------------------------------------------------------------------
 

@@ -32,8 +32,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
 import psutil
 
@@ -172,20 +170,6 @@ class AirflowCluster(AirflowApi):
         self._started = False
 
     # -- lifecycle --------------------------------------------------------------------
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if isinstance(exc, Exception):
-            print(self.log_tail(), file=sys.stderr)
-        self.stop()
 
     def start(self) -> None:
         """Start the servers and every Airflow process; return once all of them serve."""

@@ -19,8 +19,6 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
 import psutil
 
@@ -96,20 +94,6 @@ class AirflowStandalone(AirflowApi):
         self._seen: dict[int, psutil.Process] = {}
 
     # -- lifecycle --------------------------------------------------------------------
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if isinstance(exc, Exception):
-            print(self.log_tail(), file=sys.stderr)
-        self.stop()
 
     def start(self) -> None:
         """Start ``airflow standalone`` and wait until its API answers and gives a token."""
