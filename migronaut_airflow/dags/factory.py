@@ -332,16 +332,18 @@ def drift_event_options(
     return DriftEventOptions(**value)
 
 
-def collection_assets(target: Target, options: DriftEventOptions) -> dict[str, Asset]:
+#: Host, port and database of the assets' URIs.
+AssetEndpoint = tuple[str, int, str]
+
+
+def collection_assets(
+    target: Target, endpoint: AssetEndpoint, options: DriftEventOptions
+) -> dict[str, Asset]:
     """Each background migration's collection as an asset watched by a drift trigger.
 
     By migration name; migrations of one collection share its asset (one watcher).
     URIs are the mongo provider's (``mongodb://host:port/database/collection``).
-    Empty when the host or the database cannot be told without a database read.
     """
-    endpoint = _asset_endpoint(target, options)
-    if endpoint is None:
-        return {}
     host, port, database = endpoint
     by_collection: dict[str, Asset] = {}
     assets = {}
@@ -366,8 +368,9 @@ def collection_assets(target: Target, options: DriftEventOptions) -> dict[str, A
     return assets
 
 
-def _asset_endpoint(target: Target, options: DriftEventOptions) -> tuple[str, int, str] | None:
-    """Host, port and database of the assets' URIs, from the options and the connection."""
+def _asset_endpoint(target: Target, options: DriftEventOptions) -> AssetEndpoint | None:
+    """Host, port and database of the assets' URIs, from the options and the connection;
+    None when they cannot be told without a database read."""
     host, port, database = options.host, options.port, target.database
     if host is None or database is None:
         try:
@@ -420,14 +423,8 @@ def drift_events_dag(target: Target, assets: list[Asset], options: DriftEventOpt
     return dag
 
 
-def state_asset(target: Target, options: DriftEventOptions, stall: timedelta) -> Asset | None:
-    """Migronaut's state collection as an asset, watched by the stall trigger.
-
-    ``None`` when the host or the database cannot be told without a database read.
-    """
-    endpoint = _asset_endpoint(target, options)
-    if endpoint is None:
-        return None
+def state_asset(target: Target, endpoint: AssetEndpoint, stall: timedelta) -> Asset:
+    """Migronaut's state collection as an asset, watched by the stall trigger."""
     host, port, database = endpoint
     plain = create_asset(
         host=host, port=port, database=database, collection=target.collection_prefix
@@ -548,7 +545,17 @@ def build_dags(
         migronaut_config=dict(migronaut_config or {}),
     )
     options = drift_event_options(drift_events)
-    assets = collection_assets(target, options) if options is not None else {}
+    # One connection lookup per parse serves every asset.
+    endpoint = (
+        _asset_endpoint(target, options or DriftEventOptions())
+        if options is not None or stall_watch
+        else None
+    )
+    assets = (
+        collection_assets(target, endpoint, options)
+        if options is not None and endpoint is not None
+        else {}
+    )
     dags = [
         drift_dag(target, schedule=drift_schedule, stall=stall),
         control_dag(target),
@@ -560,6 +567,6 @@ def build_dags(
     ]
     if options is not None and assets:
         dags.append(drift_events_dag(target, list(assets.values()), options))
-    if stall_watch and (watched := state_asset(target, options or DriftEventOptions(), stall)):
-        dags.append(stalls_dag(target, watched, stall))
+    if stall_watch and endpoint is not None:
+        dags.append(stalls_dag(target, state_asset(target, endpoint, stall), stall))
     return {dag.dag_id: dag for dag in dags}
