@@ -294,7 +294,11 @@ class _DriftWait:
                     position = await read_drift_position_async(
                         self.db, self.collections, self.collection
                     )
-                    if _refire_due(position, self.settings):
+                    if position.fired_seconds_ago is not None and _refire_due(
+                        position, self.settings
+                    ):
+                        # Only a fire that did not take effect is probed again here: a
+                        # position never fired has its start probe, and the stream since.
                         signal = await self._probe_and_fire(current, "probe", token)
                         if signal is not None:
                             return signal, token, False
