@@ -11,7 +11,7 @@ Builds, without touching MongoDB:
   migration completed: reopen (or report), then start the migration's DAG;
 - ``migronaut_stalls``: scheduled on migronaut's state-collection asset, whose
   trigger fires as soon as a running migration stood still for the stall time
-  (15 minutes): take its stuck run over with a new round;
+  (15 minutes by default): take its stuck run over with a new round;
 - ``migronaut_control``: a trigger form to pause, resume, cancel, retry, repin, unlock;
 - ``migronaut_up``: apply regular migrations, register background ones, start them.
 
@@ -24,7 +24,9 @@ with arguments):
   (default ``migronaut_default``);
 - ``MIGRONAUT_DRIFT_SCHEDULE``: a cron expression or preset for the drift DAG;
 - ``MIGRONAUT_LANE_POOL``: the Airflow pool every lane task runs in (default
-  ``default_pool``).
+  ``default_pool``);
+- ``MIGRONAUT_STALL_SECONDS``: how long a running migration may stand still before
+  its run is taken over (default 900).
 """
 
 from __future__ import annotations

@@ -46,7 +46,13 @@ from migronaut_airflow.operators.drift import VerifyDriftEventsOperator
 from migronaut_airflow.sensors.lanes import BackgroundLanesSensor
 from migronaut_airflow.triggers.drift import CollectionDriftTrigger
 from migronaut_airflow.triggers.stall import StalledMigrationTrigger
-from migronaut_core import CONTROL_ACTIONS, STALL_SECONDS, files
+from migronaut_core import (
+    CONTROL_ACTIONS,
+    STALL_SECONDS,
+    ConfigInvalidError,
+    files,
+    stall_watch_settings,
+)
 from migronaut_core.config import DEFAULT_BACKGROUND_COLLECTION
 
 log = logging.getLogger(__name__)
@@ -61,6 +67,8 @@ LANE_PRIORITY = 100
 SENSOR_PRIORITY = 1
 #: The Airflow pool of every lane task when ``build_dags`` is given none.
 LANE_POOL_ENV = "MIGRONAUT_LANE_POOL"
+#: The stall time in seconds when ``build_dags`` is given none.
+STALL_ENV = "MIGRONAUT_STALL_SECONDS"
 
 
 def background_migration_names(migrations_dir: str | os.PathLike[str]) -> list[str]:
@@ -513,6 +521,24 @@ def up_dag(target: Target) -> DAG:
     return dag
 
 
+def stall_from_env() -> timedelta:
+    """The stall time ``$MIGRONAUT_STALL_SECONDS`` sets, else the coordinator's 15 minutes.
+
+    :raises ConfigInvalidError: naming the variable, when it is not a number of
+        seconds the stall watch accepts.
+    """
+    raw = os.environ.get(STALL_ENV, "").strip()
+    if not raw:
+        return timedelta(seconds=STALL_SECONDS)
+    try:
+        seconds = stall_watch_settings(stall_seconds=float(raw)).stall_seconds
+    except (ValueError, ConfigInvalidError):
+        raise ConfigInvalidError(
+            f"{STALL_ENV} must be a number of seconds between 1 and 604800", {"key": STALL_ENV}
+        ) from None
+    return timedelta(seconds=seconds)
+
+
 def build_dags(
     migrations_dir: str | os.PathLike[str] | None = None,
     *,
@@ -521,16 +547,17 @@ def build_dags(
     migronaut_config: Mapping[str, Any] | None = None,
     drift_schedule: timedelta | str | None = timedelta(minutes=10),
     drift_events: DriftEventOptions | Mapping[str, Any] | bool = True,
-    stall: timedelta = timedelta(seconds=STALL_SECONDS),
+    stall: timedelta | None = None,
     stall_watch: bool = True,
     conn_id: str | None = None,
     **background_options: Any,
 ) -> dict[str, DAG]:
     """Every migronaut DAG for one migrations directory, by DAG id (for a DAG file's globals).
 
-    ``conn_id`` is the deprecated name of ``mongo_conn_id``; ``stall`` goes to
-    :func:`drift_dag` and :func:`stalls_dag` (built unless ``stall_watch`` is
-    false), ``background_options`` to :func:`background_dag`.
+    ``conn_id`` is the deprecated name of ``mongo_conn_id``; ``stall`` (default
+    ``$MIGRONAUT_STALL_SECONDS``, else 15 minutes) goes to :func:`drift_dag` and
+    :func:`stalls_dag` (built unless ``stall_watch`` is false),
+    ``background_options`` to :func:`background_dag`.
     ``drift_events``: the event-driven drift DAG and the collections' assets (see
     :func:`~migronaut_airflow.dags.drift_events.collection_assets`); ``False``
     builds neither, a mapping or :class:`DriftEventOptions` tunes them.
@@ -545,6 +572,8 @@ def build_dags(
         migronaut_config=dict(migronaut_config or {}),
     )
     options = drift_event_options(drift_events)
+    if stall is None:
+        stall = stall_from_env()
     # One connection lookup per parse serves every asset.
     endpoint = (
         _asset_endpoint(target, options or DriftEventOptions())

@@ -20,7 +20,7 @@ import pytest
 from airflow.sdk import Asset
 from pymongo.database import Database
 
-from migronaut_airflow.dags.factory import STALLS_DAG_ID, build_dags
+from migronaut_airflow.dags.factory import STALL_ENV, STALLS_DAG_ID, build_dags
 from migronaut_airflow.operators.background import HealBackgroundOperator
 from migronaut_airflow.triggers.stall import StalledMigrationTrigger
 from migronaut_core import Migronaut
@@ -183,6 +183,36 @@ def test_the_factory_watches_the_state_collection_and_builds_migronaut_stalls(
     drift_heal = dags["migronaut_drift"].get_task("heal")
     assert isinstance(drift_heal, HealBackgroundOperator)
     assert drift_heal.stall_seconds == 42.0
+
+
+def _stall_times(dags: dict[str, Any]) -> tuple[float, float, float]:
+    (watcher,) = dags[STALLS_DAG_ID].timetable.asset_condition.watchers
+    return (
+        watcher.trigger.serialize()[1]["stall_seconds"],
+        dags[STALLS_DAG_ID].get_task("heal").stall_seconds,
+        dags["migronaut_drift"].get_task("heal").stall_seconds,
+    )
+
+
+def test_the_stall_time_comes_from_the_environment_when_not_given(
+    tmp_path: Path, migronaut_connection: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    migrations = tmp_path / "migrations"
+    write_background(migrations)
+    monkeypatch.delenv(STALL_ENV, raising=False)
+    assert _stall_times(build_dags(migrations)) == (900.0, 900.0, 900.0)
+
+    monkeypatch.setenv(STALL_ENV, " 120 ")
+    assert _stall_times(build_dags(migrations)) == (120.0, 120.0, 120.0)
+    explicit = build_dags(migrations, stall=timedelta(seconds=42))
+    assert _stall_times(explicit) == (42.0, 42.0, 42.0)
+
+    for bad in ("soon", "0.5", "nan", "1e9"):
+        monkeypatch.setenv(STALL_ENV, bad)
+        with pytest.raises(ConfigInvalidError) as refused:
+            build_dags(migrations)
+        assert refused.value.context == {"key": STALL_ENV}
+        assert bad not in str(refused.value)
 
 
 def test_the_state_asset_follows_a_configured_prefix(
