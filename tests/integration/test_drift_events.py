@@ -35,6 +35,7 @@ from migronaut_core.background.store.drift_events import (
 from migronaut_core.config import BackgroundCollections
 from migronaut_core.errors import ConfigInvalidError
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
+from tests.support.watching import unresumable_token
 
 pytestmark = pytest.mark.anyio
 
@@ -215,13 +216,12 @@ async def test_a_fresh_start_probes_what_was_written_before_any_stream(
 async def test_a_position_whose_history_is_gone_starts_afresh_and_probes(
     kit: Migronaut, adb: AsyncDatabase[Any], db: Database[dict[str, Any]]
 ) -> None:
-    # Written while nobody waited; the saved token, moved back to the epoch's first
-    # second, points before the oplog. A re-fire is not due: only the fresh start probes.
+    # Written while nobody waited; the saved token, moved back, is one the server cannot
+    # resume from. A re-fire is not due: only the fresh start probes.
     with db.users.watch() as stream:
         old_users(db, 4000, 1)
-        real = stream.next()["_id"]
-    ancient = {"_data": "82" + "0000000100000001" + real["_data"][18:]}
-    await save_drift_position_async(adb, NAMES, "users", ancient, fired=True)
+        lost = unresumable_token(stream.next()["_id"])
+    await save_drift_position_async(adb, NAMES, "users", lost, fired=True)
 
     signal = await signal_within(
         asyncio.create_task(next_drift_signal(adb, NAMES, "users", settings()))
@@ -229,7 +229,7 @@ async def test_a_position_whose_history_is_gone_starts_afresh_and_probes(
 
     assert signal == DriftSignal("users", (SPLIT_NAME,), 0, "probe")
     saved = await read_drift_position_async(adb, NAMES, "users")
-    assert saved.resume_token is not None and saved.resume_token != ancient
+    assert saved.resume_token is not None and saved.resume_token != lost
 
 
 async def test_nothing_is_served_while_no_migration_of_the_collection_is_completed(

@@ -37,7 +37,7 @@ from tests.support.background import (
     wait_until,
     write_background,
 )
-from tests.support.watching import leader_pid, old_release_writing, old_shape
+from tests.support.watching import leader_pid, old_release_writing, old_shape, unresumable_token
 
 TTL_SECONDS = 2
 REPO = Path(__file__).resolve().parents[2]
@@ -246,18 +246,17 @@ def test_lost_history_falls_back_to_a_probe_and_a_fresh_stream(
     kit: Migronaut, db: Database[dict[str, Any]]
 ) -> None:
     # Written while nobody watched: only the probe can find it. Its event's token,
-    # moved back to the epoch's first second, is a token whose history is gone.
+    # moved back, is a token the server cannot resume from, as when history is gone.
     with db.users.watch() as probe:
         db.users.insert_one(old_shape(4000))
-        real = probe.next()["_id"]
-    ancient = {"_data": "82" + "0000000100000001" + real["_data"][18:]}
-    db[WATCH_ROWS].insert_one({"_id": "users", "resume_token": ancient, "state": "stopped"})
+        lost = unresumable_token(probe.next()["_id"])
+    db[WATCH_ROWS].insert_one({"_id": "users", "resume_token": lost, "state": "stopped"})
     events: list[dict[str, Any]] = []
     kit.on("background:drift", lambda name, payload: events.append(payload))
     with kit.watch_background(on_drift="report", refresh_seconds=1.0) as watcher:
         wait_until(lambda: streaming(watcher), what="the fresh stream")
         raw = db[WATCH_ROWS].find_one({"_id": "users"})
-        assert raw is not None and raw["resume_token"] != ancient
+        assert raw is not None and raw["resume_token"] != lost
         assert {
             "migration": SPLIT_NAME,
             "collection": "users",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -15,6 +15,18 @@ from migronaut_core import Migronaut
 def old_shape(i: int) -> dict[str, Any]:
     """A ``users`` document as the release before the split wrote it."""
     return {"_id": i, "_v": 1, "name": f"Oldname{i} Oldsurname{i}"}
+
+
+def unresumable_token(real: Mapping[str, Any]) -> dict[str, str]:
+    """``real`` (a change event's resume token) moved one second back: a token no event
+    has, from which the server refuses to resume (code 280), as when history is gone.
+
+    An epoch-old token is refused too, but only after the server has scanned the whole
+    oplog: many seconds once a long test run has filled it.
+    """
+    data = str(real["_data"])
+    seconds = int(data[2:10], 16)
+    return {"_data": f"{data[:2]}{seconds - 1:08X}00000001{data[18:]}"}
 
 
 def leader_pid(kit: Migronaut, collection: str = "users") -> int | None:
