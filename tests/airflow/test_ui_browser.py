@@ -274,7 +274,11 @@ def test_the_page_sits_in_airflows_navigation(site: Site) -> None:
         browser.sign_in(USER, site.password, next_path="/")
         browser.click("nav a, a, button", text=name)  # the entry in Airflow's nav
         if route:
-            browser.wait_until(lambda: browser.path == f"/plugin/{route}", f"/plugin/{route}")
+            # Airflow mirrors the frame's own path after it: /plugin/<route>/<frame path>.
+            page = f"/plugin/{route}"
+            browser.wait_until(
+                lambda: browser.path == page or browser.path.startswith(f"{page}/"), page
+            )
         browser.driver.switch_to.frame(browser.wait_for_element("iframe"))
         try:
             browser.wait_for_element(ROW)  # the list page, inside Airflow's frame
