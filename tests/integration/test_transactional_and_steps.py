@@ -362,6 +362,6 @@ def test_a_transaction_whose_commit_was_cut_off_is_killed_so_the_next_attempt_ca
             with pytest.raises(OperationFailure) as conflict:
                 increment()
             assert conflict.value.code == 112  # the orphan holds the document
-            discard(client, cut_off)
+            discard(cut_off)
         increment()  # at once, not 60 s later
     assert db.docs.find_one({"_id": 1}) == {"_id": 1, "n": 1}

@@ -219,7 +219,8 @@ class _DriftWait:
     async def run(self) -> DriftSignal:
         position = await read_drift_position_async(self.db, self.collections, self.collection)
         token = position.resume_token
-        refire_due = _refire_due(position, self.settings)
+        # Never fired: one probe at the start; since then, only a fire that did not take effect.
+        refire_due = position.fired_seconds_ago is None or _refire_due(position, self.settings)
         while True:
             edges = await self._edges()
             if not edges:
@@ -294,11 +295,7 @@ class _DriftWait:
                     position = await read_drift_position_async(
                         self.db, self.collections, self.collection
                     )
-                    if position.fired_seconds_ago is not None and _refire_due(
-                        position, self.settings
-                    ):
-                        # Only a fire that did not take effect is probed again here: a
-                        # position never fired has its start probe, and the stream since.
+                    if _refire_due(position, self.settings):
                         signal = await self._probe_and_fire(current, "probe", token)
                         if signal is not None:
                             return signal, token, False
@@ -347,6 +344,6 @@ class _DriftWait:
 
 
 def _refire_due(position: DriftPosition, settings: DriftEventSettings) -> bool:
-    """Whether a probe may fire now: never fired, or the last fire is old enough."""
+    """Whether a fire that did not take effect is old enough to fire again."""
     ago = position.fired_seconds_ago
-    return ago is None or ago >= settings.refire_after_seconds
+    return ago is not None and ago >= settings.refire_after_seconds

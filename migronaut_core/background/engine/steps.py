@@ -156,7 +156,7 @@ def _in_transaction(
             except LockLostError:
                 raise
             except Exception as error:
-                discard(ctx.client, session)
+                discard(session)
                 if (
                     not is_transient_transaction(error)
                     or attempt >= job.spec.transaction.max_retries

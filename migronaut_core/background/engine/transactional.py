@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import bson
-from pymongo import MongoClient, ReadPreference
+from pymongo import ReadPreference
 from pymongo.client_session import ClientSession
 from pymongo.errors import PyMongoError
 from pymongo.read_concern import ReadConcern
@@ -242,16 +242,16 @@ def _attempt(
             )
             commit(session)
         except (LockLostError, DocumentFailedError):
-            discard(ctx.client, session)
+            discard(session)
             raise
         except Exception as error:
-            discard(ctx.client, session)
+            discard(session)
             raise _AttemptFailedError(docs, error) from error
     _grow(sizing, size, spec.batch_size)
     return result, next_cursor, counters
 
 
-def discard(client: MongoClient[Any], session: ClientSession) -> None:
+def discard(session: ClientSession) -> None:
     """End a failed attempt's transaction on the server now; never raises.
 
     An abort does it while the transaction is open on this side. After a commit
@@ -267,7 +267,7 @@ def discard(client: MongoClient[Any], session: ClientSession) -> None:
             session.abort_transaction()
             return
     with contextlib.suppress(PyMongoError):
-        client.admin.command("killSessions", [session.session_id])
+        session.client.admin.command("killSessions", [session.session_id])
 
 
 def _grow(sizing: TransactionSizing, size: int, batch_size: int) -> None:
