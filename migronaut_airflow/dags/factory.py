@@ -531,12 +531,16 @@ def stall_from_env() -> timedelta:
     if not raw:
         return timedelta(seconds=STALL_SECONDS)
     try:
-        seconds = stall_watch_settings(stall_seconds=float(raw)).stall_seconds
-    except (ValueError, ConfigInvalidError):
+        seconds = float(raw)
+    except ValueError:
         raise ConfigInvalidError(
-            f"{STALL_ENV} must be a number of seconds between 1 and 604800", {"key": STALL_ENV}
+            f"{STALL_ENV} must be a number of seconds", {"key": STALL_ENV}
         ) from None
-    return timedelta(seconds=seconds)
+    try:
+        settings = stall_watch_settings(stall_seconds=seconds)
+    except ConfigInvalidError as error:  # out of the watch's range, in its own words
+        raise ConfigInvalidError(f"{STALL_ENV}: {error.message}", {"key": STALL_ENV}) from None
+    return timedelta(seconds=settings.stall_seconds)
 
 
 def build_dags(
