@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -32,6 +32,7 @@ import psutil
 
 from migronaut_dev import REPO_ROOT
 from migronaut_dev.endpoints import LOOPBACK, free_port
+from migronaut_dev.lifecycle import StartsOnEnter
 
 #: Where the simple auth manager writes the admin password (in ``AIRFLOW_HOME``).
 PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
@@ -146,7 +147,7 @@ def airflow_environment(home: Path, dags_folder: Path, port: int) -> dict[str, s
     return env
 
 
-class AirflowApi:
+class AirflowApi(StartsOnEnter):
     """A local Airflow driven through its REST API, signed in as the admin.
 
     Subclasses start the processes, then call :meth:`_wait_until_healthy` and
@@ -182,19 +183,7 @@ class AirflowApi:
         """The end of this Airflow's log(s)."""
         raise NotImplementedError
 
-    def start(self) -> None:
-        """Start every process and wait until the API answers."""
-        raise NotImplementedError
-
-    def stop(self) -> None:
-        """Stop every process this Airflow started."""
-        raise NotImplementedError
-
-    # -- as a context manager: stopped whatever the outcome, its log shown on an error ---
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
+    # -- as a context manager: its log shown on an error -------------------------------
 
     def __exit__(
         self,
@@ -204,7 +193,7 @@ class AirflowApi:
     ) -> None:
         if isinstance(exc, Exception):
             print(self.log_tail(), file=sys.stderr)
-        self.stop()
+        super().__exit__(exc_type, exc, tb)
 
     # -- connecting ---------------------------------------------------------------------
 

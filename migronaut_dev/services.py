@@ -23,12 +23,11 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
 import psutil
 
 from migronaut_dev.endpoints import LOOPBACK, free_port
+from migronaut_dev.lifecycle import StartsOnEnter
 
 #: The user PostgreSQL runs as when this process is root (the Debian package's).
 POSTGRES_USER = "postgres"
@@ -62,29 +61,7 @@ def missing_services() -> list[str]:
     return missing
 
 
-class _Service:
-    """A server started on entering and stopped on leaving, whatever the outcome."""
-
-    def start(self) -> None:
-        raise NotImplementedError
-
-    def stop(self) -> None:
-        raise NotImplementedError
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-
-class PostgresServer(_Service):
+class PostgresServer(StartsOnEnter):
     """A PostgreSQL cluster on a free loopback port, with one database owned by ``user``.
 
     Its data and socket directory is a fresh temporary directory (removed on
@@ -189,7 +166,7 @@ class PostgresServer(_Service):
         self._dir = None
 
 
-class RedisServer(_Service):
+class RedisServer(StartsOnEnter):
     """A Redis on a free loopback port, without persistence, in its own session.
 
     :param log_path: its log file.

@@ -21,14 +21,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from pymongo import MongoClient
 from pymongo.errors import OperationFailure, PyMongoError
 
 from migronaut_core.errors import ConfigInvalidError, ServerUnavailableError
 from migronaut_dev.endpoints import LOOPBACK, free_port
+from migronaut_dev.lifecycle import StopsOnExit
 from migronaut_dev.mongod.binary import find_mongod
 from migronaut_dev.mongod.plumbing import (
     answers,
@@ -94,7 +94,7 @@ class Member:
         return self.log_path.with_suffix(".out")
 
 
-class LocalReplicaSet:
+class LocalReplicaSet(StopsOnExit):
     """A replica set of local ``mongod`` processes, made by :func:`start_replica_set`.
 
     The URI names every member and the set, so pymongo follows failovers. Use it as
@@ -237,17 +237,6 @@ class LocalReplicaSet:
             [m.port for m in self.members],
             time.monotonic() - started,
         )
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- internals --------------------------------------------------------------
 

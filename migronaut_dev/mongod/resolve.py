@@ -14,13 +14,13 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Literal
 
 from pymongo.errors import OperationFailure
 
 from migronaut_core.errors import ConfigInvalidError, ServerUnavailableError
 from migronaut_core.scrub import redact_uri
+from migronaut_dev.lifecycle import StopsOnExit
 from migronaut_dev.mongod.binary import (
     DEMO_URI_ENV,
     DOCKER_IMAGE,
@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 ServerSource = Literal["env", "docker", "bundled"]
 
 
-class ServerHandle:
+class ServerHandle(StopsOnExit):
     """A MongoDB server chosen by :func:`resolve_server`.
 
     ``uri`` connects to it; ``source`` says where it came from. :meth:`stop` ends a
@@ -66,17 +66,6 @@ class ServerHandle:
         stopper, self._stopper = self._stopper, None
         if stopper is not None:
             stopper()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def resolve_server(purpose: Purpose) -> ServerHandle:
