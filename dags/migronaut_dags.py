@@ -1,6 +1,8 @@
 """migronaut's DAGs, ready to drop into an Airflow dags folder.
 
-Builds, without touching MongoDB:
+Builds, for the default target and every target ``[migronaut] targets`` lists,
+without touching MongoDB (a named target's DAG ids carry its name:
+``migronaut_<target>__up``, …):
 
 - ``migronaut_bg__<name>`` for every background migration file (a run is one
   coordinator round: coordinate → mapped lanes + a deferrable sensor → continue);
@@ -15,36 +17,21 @@ Builds, without touching MongoDB:
 - ``migronaut_control``: a trigger form to pause, resume, cancel, retry, repin, unlock;
 - ``migronaut_up``: apply regular migrations, register background ones, start them.
 
-Configure with environment variables (or copy this file and call ``build_dags``
-with arguments):
+Every DAG is created unpaused: migration DAGs run only when something starts them.
 
-- ``MIGRONAUT_MIGRATIONS_DIR``: the migration files (default: ``migrations/``
-  beside this file);
-- ``MIGRONAUT_CONN_ID``: a ``mongo`` connection whose schema is the database
-  (default ``migronaut_default``);
-- ``MIGRONAUT_DRIFT_SCHEDULE``: a cron expression or preset for the drift DAG;
-- ``MIGRONAUT_LANE_POOL``: the Airflow pool every lane task runs in (default
-  ``default_pool``);
-- ``MIGRONAUT_STALL_SECONDS``: how long a running migration may stand still before
-  its run is taken over (default 900).
+Configure in Airflow's configuration (docs/configuration.md lists every key), e.g.
+``AIRFLOW__MIGRONAUT__CONN_ID`` (a ``mongo`` connection whose schema is the
+database; default ``migronaut_default``), ``AIRFLOW__MIGRONAUT__MIGRATIONS_DIR``
+(default: ``migrations/`` in the dags folder), ``AIRFLOW__MIGRONAUT__LANE_POOL``,
+``AIRFLOW__MIGRONAUT__STALL_SECONDS``, ``AIRFLOW__MIGRONAUT__DRIFT_SCHEDULE``; the
+``MIGRONAUT_*`` variables of earlier versions still set the default target. For
+DAG arguments (owner, callbacks, tags, queues, pools), copy this file and pass
+them to ``build_all_dags`` (or ``build_dags(target=…)``, one file per target, so
+one target's broken settings never hide another's DAGs).
 """
 
 from __future__ import annotations
 
-import os
-from datetime import timedelta
-from pathlib import Path
+from migronaut_airflow.dags.factory import build_all_dags
 
-from migronaut_airflow.dags.factory import build_dags
-
-_migrations = os.environ.get("MIGRONAUT_MIGRATIONS_DIR") or str(
-    Path(__file__).with_name("migrations")
-)
-
-globals().update(
-    build_dags(
-        _migrations,
-        mongo_conn_id=os.environ.get("MIGRONAUT_CONN_ID", "migronaut_default"),
-        drift_schedule=os.environ.get("MIGRONAUT_DRIFT_SCHEDULE") or timedelta(minutes=10),
-    )
-)
+globals().update(build_all_dags())

@@ -37,8 +37,15 @@ from migronaut_core.background.stalls import (
 from migronaut_core.background.telemetry import MetricsSink
 from migronaut_core.background.views import BackgroundStatusView, PartitionView
 from migronaut_core.baseline import BaselineResult
+from migronaut_core.catalog import (
+    CatalogEntry,
+    MigrationCatalog,
+    RejectedFile,
+    default_cache_dir,
+    read_catalog,
+)
 from migronaut_core.changelog import Actor
-from migronaut_core.config import Config, load_config
+from migronaut_core.config import Config, config_from_text, load_config
 from migronaut_core.errors import (
     BackgroundConflictError,
     BackgroundFailedError,
@@ -79,6 +86,7 @@ __all__ = [
     "BaselineConflictError",
     "BaselineResult",
     "CancelToken",
+    "CatalogEntry",
     "ChecksumMismatchError",
     "Config",
     "ConfigInvalidError",
@@ -97,6 +105,7 @@ __all__ = [
     "LockAlreadyHeldError",
     "LockLostError",
     "MetricsSink",
+    "MigrationCatalog",
     "MigrationContext",
     "MigrationFailedError",
     "MigrationFileNotFoundError",
@@ -108,6 +117,7 @@ __all__ = [
     "PartitionView",
     "PlannedMigration",
     "PruneReport",
+    "RejectedFile",
     "RunAbortedError",
     "RunOptions",
     "RunPlan",
@@ -118,9 +128,12 @@ __all__ = [
     "StatusRow",
     "StepDryRunReport",
     "TransactionsUnsupportedError",
+    "config_from_text",
+    "default_cache_dir",
     "drift_event_settings",
     "load_config",
     "next_drift_signal",
     "next_stall_signal",
+    "read_catalog",
     "stall_watch_settings",
 ]

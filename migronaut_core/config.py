@@ -286,6 +286,47 @@ def _read_toml(path: Path) -> dict[str, Any]:
         ) from exc
 
 
+def config_from_text(values: Mapping[str, str], source: str) -> dict[str, Any]:
+    """Config keys given as text (an INI file, environment variables) as their types.
+
+    For a host that keeps settings as strings, such as Airflow's configuration: a
+    flag reads true/false, 1/0, yes/no or on/off, a number reads as one, a path
+    or name stays text. Whatever comes back passes :func:`load_config` as it is.
+
+    :param source: where the values came from, named in errors.
+    :raises ConfigInvalidError: naming the key and the source (never the value)
+        for an unknown key or text that is not of the key's type.
+    """
+    return {key: _parse_text(key, text, source) for key, text in values.items()}
+
+
+def _parse_text(key: str, text: str, source: str) -> Any:
+    types = _FIELD_TYPES.get(key)
+    if types is None or Mapping in types:
+        return _checked(key, text, source)  # unknown, or not expressible as text
+    stripped = text.strip()
+    if bool in types:
+        flag = _ENV_FLAGS.get(stripped.lower())
+        if flag is None:
+            raise ConfigInvalidError(
+                f"config key {key!r} in {source} must be true or false",
+                {"key": key, "source": source},
+            )
+        return flag
+    for number in (int, float):
+        if number in types:
+            try:
+                return number(stripped)
+            except ValueError:
+                continue
+    if str in types:
+        return stripped
+    expected = " or ".join(t.__name__ for t in types)
+    raise ConfigInvalidError(
+        f"config key {key!r} in {source} must be {expected}", {"key": key, "source": source}
+    )
+
+
 def _checked(key: str, value: Any, source: str) -> Any:
     types = _FIELD_TYPES.get(key)
     if types is None:

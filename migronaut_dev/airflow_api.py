@@ -42,7 +42,7 @@ FINISHED_RUN_STATES = frozenset({"success", "failed"})
 TASK_PROCESS_TITLE = "airflow worker -- {ti_id}"
 #: The ready DAG file this project ships.
 DAG_FILE = REPO_ROOT / "dags" / "migronaut_dags.py"
-_FACTORY_IMPORT = "from migronaut_airflow.dags.factory import build_dags\n"
+_FACTORY_IMPORT = "from migronaut_airflow.dags.factory import build_all_dags\n"
 
 
 class AirflowHarnessError(RuntimeError):
@@ -82,18 +82,18 @@ def most_at_once(instances: Iterable[Mapping[str, Any]]) -> int:
 def install_dag_file(dags_folder: Path, options: str = "") -> Path:
     """Copy ``dags/migronaut_dags.py`` into ``dags_folder``; return the copy.
 
-    :param options: keyword arguments for its ``build_dags`` call, as Python source
+    :param options: keyword arguments for its ``build_all_dags`` call, as Python source
         (``timedelta`` is in scope), e.g. ``"poll_interval=1.0"``; none: a plain copy.
     """
     source = DAG_FILE.read_text(encoding="utf-8")
     if options:
         if source.count(_FACTORY_IMPORT) != 1:
-            raise AirflowHarnessError(f"{DAG_FILE} no longer imports build_dags as expected")
+            raise AirflowHarnessError(f"{DAG_FILE} no longer imports build_all_dags as expected")
         wrapped = (
             "from datetime import timedelta\n"
             "from functools import partial\n\n"
-            "from migronaut_airflow.dags.factory import build_dags as _build_dags\n\n"
-            f"build_dags = partial(_build_dags, {options})\n"
+            "from migronaut_airflow.dags.factory import build_all_dags as _build_all_dags\n\n"
+            f"build_all_dags = partial(_build_all_dags, {options})\n"
         )
         source = source.replace(_FACTORY_IMPORT, wrapped)
     dags_folder.mkdir(parents=True, exist_ok=True)

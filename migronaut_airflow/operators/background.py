@@ -20,6 +20,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from migronaut_airflow.hooks.migronaut import MigronautHook, mongo_conn_id_from
+from migronaut_airflow.targets import DEFAULT_TARGET, check_target_name, dag_id_for
 from migronaut_airflow.triggers.delay import DelayTrigger
 from migronaut_core import STALL_SECONDS, Answer, CancelToken, Driver, Migronaut, MigronautError
 from migronaut_core.background.control.actions import check_control
@@ -27,13 +28,8 @@ from migronaut_core.background.control.actions import check_control
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-#: The prefix of every generated per-migration DAG id.
-DAG_PREFIX = "migronaut_bg__"
-
-
-def dag_id_for(migration: str) -> str:
-    """The id of a background migration's DAG."""
-    return f"{DAG_PREFIX}{migration}"
+#: The prefix of the default target's per-migration DAG ids.
+DAG_PREFIX = dag_id_for("")
 
 
 class MigronautOperator(BaseOperator):
@@ -43,12 +39,14 @@ class MigronautOperator(BaseOperator):
     :param migrations_dir: the migration files (default ``$MIGRONAUT_MIGRATIONS_DIR``).
     :param database: overrides the connection's schema.
     :param migronaut_config: further migronaut config keys (e.g. ``lock_ttl_seconds``).
+    :param target: the target's name: the DAGs this task starts are the target's.
     :param conn_id: deprecated name of ``mongo_conn_id``.
     """
 
     def __init__(
         self,
         *,
+        target: str = DEFAULT_TARGET,
         mongo_conn_id: str = MigronautHook.default_conn_name,
         migrations_dir: str | None = None,
         database: str | None = None,
@@ -57,6 +55,7 @@ class MigronautOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.target = check_target_name(target)
         self.mongo_conn_id = mongo_conn_id_from(mongo_conn_id, conn_id)
         self.migrations_dir = migrations_dir
         self.database = database
@@ -74,6 +73,10 @@ class MigronautOperator(BaseOperator):
     @property
     def kit(self) -> Migronaut:
         return self.hook.get_conn()
+
+    def dag_id_for(self, migration: str) -> str:
+        """The id of ``migration``'s DAG in this task's target."""
+        return dag_id_for(migration, self.target)
 
     def coordinate(self, migration: str, context: Context, round_: int | None) -> Answer:
         """One coordinator step for this DAG run's round; errors as :func:`fail_fast` says."""
@@ -316,7 +319,9 @@ class ContinueBackgroundOperator(MigronautOperator, TriggerDagRunOperator):
     def __init__(
         self, *, migration: str, coordinate_task_id: str = "coordinate", **kwargs: Any
     ) -> None:
-        kwargs.setdefault("trigger_dag_id", dag_id_for(migration))
+        kwargs.setdefault(
+            "trigger_dag_id", dag_id_for(migration, kwargs.get("target", DEFAULT_TARGET))
+        )
         kwargs.setdefault("conf", {"reason": "continue"})
         super().__init__(**kwargs)
         self.migration = migration
@@ -370,7 +375,7 @@ class BackgroundControlOperator(MigronautOperator):
             raise AirflowFailException(f"{exc.code}: {exc.message}") from exc
         context["ti"].xcom_push(key="result", value=result.to_dict())
         self.log.info("%s: %s by %s: %s", self.migration, action, who, result.to_dict())
-        return [dag_id_for(self.migration)] if result.may_run else []
+        return [self.dag_id_for(self.migration)] if result.may_run else []
 
 
 class MigrationsUpOperator(MigronautOperator):
@@ -402,7 +407,7 @@ class MigrationsUpOperator(MigronautOperator):
         except MigronautError as exc:
             raise fail_fast(exc) from exc
         context["ti"].xcom_push(key="result", value=result.to_dict())
-        return [dag_id_for(row["migration"]) for row in runnable]
+        return [self.dag_id_for(row["migration"]) for row in runnable]
 
 
 class VerifyDriftOperator(MigronautOperator):
@@ -451,7 +456,7 @@ class HealBackgroundOperator(MigronautOperator):
         ti = context["ti"]
         dag_ids = []
         for row in runnable:
-            dag_id = dag_id_for(row["migration"])
+            dag_id = self.dag_id_for(row["migration"])
             active = ti.get_dr_count(dag_id=dag_id, states=["queued", "running"])
             if active == 0:
                 dag_ids.append(dag_id)

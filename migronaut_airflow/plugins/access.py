@@ -24,7 +24,7 @@ from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessE
 from airflow.api_fastapi.core_api.security import GetUserDep
 from fastapi import Depends
 
-from migronaut_airflow.operators.background import dag_id_for
+from migronaut_airflow.targets import dag_id_for
 from migronaut_core.errors import MigronautError
 
 if TYPE_CHECKING:

@@ -18,8 +18,8 @@ from airflow.models.log import Log
 from airflow.utils.session import create_session
 from sqlalchemy.exc import SQLAlchemyError
 
-from migronaut_airflow.operators.background import dag_id_for
 from migronaut_airflow.plugins.access import Grant
+from migronaut_airflow.targets import dag_id_for
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from migronaut_airflow.operators.background import dag_id_for
 from migronaut_airflow.plugins.models import (
     AdaptiveThrottle,
     CoordinatorSeen,
@@ -41,6 +40,7 @@ from migronaut_airflow.plugins.throughput import (
     rates,
     recent_rate,
 )
+from migronaut_airflow.targets import dag_id_for
 from migronaut_core import BackgroundStatusView, Migronaut, PartitionView
 from migronaut_core.background.views import LanePacing
 from migronaut_core.bson_values import iso_time

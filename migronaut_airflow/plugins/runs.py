@@ -21,9 +21,9 @@ from airflow.utils.types import DagRunTriggeredByType
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from migronaut_airflow.operators.background import dag_id_for
 from migronaut_airflow.plugins.access import Grant, may_trigger
 from migronaut_airflow.plugins.models import DagRunStarted
+from migronaut_airflow.targets import dag_id_for
 
 log = logging.getLogger(__name__)
 

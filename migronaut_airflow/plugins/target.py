@@ -1,16 +1,12 @@
-"""Which MongoDB the UI reads and steers: the one the DAGs use, through one kit per process.
+"""Which MongoDB the UI reads and steers: the default target's, through one kit per process.
 
-The plugin runs in the API server, which has no DAG to ask, so it reads the same
-environment as ``dags/migronaut_dags.py``:
-
-- ``MIGRONAUT_CONN_ID``: the ``mongo`` connection (default ``migronaut_default``);
-  its schema is the database;
-- ``MIGRONAUT_MIGRATIONS_DIR``: the migration files (default: ``migrations/`` in
-  the dags folder, where the DAG file looks by default). Only ``repin`` and
-  ``retry --repin`` read files; status needs none.
-
-A ``migronaut.toml`` or ``pyproject.toml`` ``[tool.migronaut]`` beside the
-migrations directory is read as the hook reads it (collection names, …).
+The plugin runs in the API server, which parses no DAG file, so it resolves the
+target's settings the way the DAGs do (:func:`migronaut_airflow.targets.resolve_target`):
+Airflow's ``[migronaut]`` section, the ``MIGRONAUT_*`` variables, then
+``migronaut.toml`` beside the migrations folder. Only ``repin`` and ``retry
+--repin`` read migration files; status needs none. Arguments given to
+``build_dags`` in a DAG file do not reach the API server: settings the UI must
+share belong in Airflow's configuration or ``migronaut.toml``.
 
 The kit is built through :class:`~migronaut_airflow.hooks.migronaut.MigronautHook`
 on first use and kept for the life of the process (one MongoDB client per API
@@ -20,21 +16,14 @@ connection is picked up when the API server restarts.
 
 from __future__ import annotations
 
-import os
 import threading
-from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
 
-from airflow.configuration import conf
 from airflow.sdk.exceptions import AirflowNotFoundException
 
-from migronaut_airflow.hooks.migronaut import MIGRATIONS_DIR_ENV, MigronautHook
+from migronaut_airflow.hooks.migronaut import MigronautHook
+from migronaut_airflow.targets import DEFAULT_TARGET, TargetSettings, resolve_target
 from migronaut_core import Migronaut
 from migronaut_core.errors import ConfigInvalidError, MigronautError
-
-#: The environment variable naming the ``mongo`` connection (as the DAG file reads it).
-CONN_ID_ENV = "MIGRONAUT_CONN_ID"
 
 
 class TargetNotConfiguredError(MigronautError):
@@ -43,46 +32,35 @@ class TargetNotConfiguredError(MigronautError):
     code = "NOT_CONFIGURED"
 
 
-@dataclass(frozen=True, slots=True)
-class Target:
-    """A connection id and a migrations directory: what one kit is built from."""
-
-    mongo_conn_id: str
-    migrations_dir: str
-
-    @classmethod
-    def from_environment(cls, env: Mapping[str, str] = os.environ) -> Target:
-        """The DAG file's defaults: ``MIGRONAUT_CONN_ID`` and ``MIGRONAUT_MIGRATIONS_DIR``."""
-        mongo_conn_id = env.get(CONN_ID_ENV) or MigronautHook.default_conn_name
-        migrations = env.get(MIGRATIONS_DIR_ENV) or str(
-            Path(conf.get("core", "dags_folder")) / "migrations"
-        )
-        return cls(mongo_conn_id=mongo_conn_id, migrations_dir=str(Path(migrations).resolve()))
-
-
 class KitCache:
     """One kit per target for the whole process; safe to use from request threads."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._hooks: dict[Target, MigronautHook] = {}
+        self._hooks: dict[str, MigronautHook] = {}
 
-    def kit(self, target: Target) -> Migronaut:
+    def kit(self, target: TargetSettings) -> Migronaut:
         """The target's kit, connecting on first use.
 
         :raises TargetNotConfiguredError: the connection is unknown or names no database.
         """
         with self._lock:
-            hook = self._hooks.get(target)
+            key = repr(sorted(target.operator_args().items()))
+            hook = self._hooks.get(key)
             if hook is None:
-                hook = MigronautHook(target.mongo_conn_id, migrations_dir=target.migrations_dir)
-                self._hooks[target] = hook
+                hook = MigronautHook(
+                    target.mongo_conn_id,
+                    migrations_dir=target.migrations_dir,
+                    database=target.database,
+                    config=target.migronaut_config,
+                )
+                self._hooks[key] = hook
             try:
                 kit = hook.get_conn()
             except AirflowNotFoundException as exc:
                 raise TargetNotConfiguredError(
-                    f"the connection {target.mongo_conn_id!r} is not defined; set {CONN_ID_ENV} "
-                    "or add the connection",
+                    f"the connection {target.mongo_conn_id!r} is not defined; add it, or name "
+                    "another as conn_id in Airflow's [migronaut] section",
                     {"mongo_conn_id": target.mongo_conn_id},
                 ) from exc
             except ConfigInvalidError as exc:
@@ -105,5 +83,12 @@ kits = KitCache()
 
 
 def current_kit() -> Migronaut:
-    """The kit of the environment's target (a FastAPI dependency)."""
-    return kits.kit(Target.from_environment())
+    """The default target's kit (a FastAPI dependency).
+
+    :raises TargetNotConfiguredError: its settings are invalid, or as :meth:`KitCache.kit`.
+    """
+    try:
+        settings = resolve_target(DEFAULT_TARGET)
+    except ConfigInvalidError as exc:
+        raise TargetNotConfiguredError(exc.message, exc.context) from exc
+    return kits.kit(settings)

@@ -32,6 +32,8 @@ os.environ.update(
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__UNIT_TEST_MODE": "True",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
+        # The catalog and connection caches of this session, not the machine's.
+        "AIRFLOW__MIGRONAUT__CACHE_DIR": str(AIRFLOW_HOME / "migronaut-cache"),
     }
 )
 

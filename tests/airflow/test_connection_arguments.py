@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from airflow.exceptions import AirflowProviderDeprecationWarning
 
-from migronaut_airflow.dags.factory import Target, build_dags
+from migronaut_airflow.dags.factory import build_dags
 from migronaut_airflow.hooks.migronaut import MigronautHook
 from migronaut_airflow.operators.background import (
     BackgroundControlOperator,
@@ -60,7 +60,6 @@ BUILDERS: dict[str, Builder] = {
     "trigger": lambda kw: BackgroundLanesTrigger(database=None, **LANES, **kw).serialize()[1][
         "mongo_conn_id"
     ],
-    "target": lambda kw: Target("/migrations", **kw).operator_args()["mongo_conn_id"],
 }
 
 

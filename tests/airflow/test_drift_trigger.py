@@ -21,13 +21,12 @@ from pymongo.database import Database
 from migronaut_airflow.dags.factory import (
     DRIFT_EVENTS_DAG_ID,
     DriftEventOptions,
-    background_collections,
     build_dags,
 )
-from migronaut_airflow.operators.background import dag_id_for
 from migronaut_airflow.operators.drift import drift_event_collections
+from migronaut_airflow.targets import dag_id_for
 from migronaut_airflow.triggers.drift import CollectionDriftTrigger
-from migronaut_core import Migronaut
+from migronaut_core import Migronaut, read_catalog
 from migronaut_core.background.store.drift_events import read_drift_position
 from migronaut_core.config import BackgroundCollections
 from migronaut_core.errors import ConfigInvalidError
@@ -173,7 +172,9 @@ def test_the_factory_builds_one_watched_asset_per_collection_for_lanes_and_drift
     write_background(migrations)
     write_background(migrations, "20240102000000_more_users", extra='"filter": {"x": 1},')
     write_background(migrations, "20240103000000_steps", body=STEP_MIGRATION)
-    assert background_collections(migrations) == {
+    catalog = read_catalog(migrations)
+    assert {entry.name: entry.collection for entry in catalog.background} == {
+        "20240103000000_steps": None,
         SPLIT_NAME: "users",
         "20240102000000_more_users": "users",
     }

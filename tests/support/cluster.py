@@ -52,10 +52,16 @@ DAG_OPTIONS = "lane_retry_delay=timedelta(seconds=1), no_lease_grace_seconds=5.0
 DAG_FILE = """
 from datetime import timedelta
 
-from migronaut_airflow.dags.factory import Target, background_dag, background_migration_names
+from migronaut_airflow.dags.builders import background_dag
+from migronaut_airflow.dags.factory import background_migration_names
+from migronaut_airflow.targets import resolve_target
 
-_target = Target(
-    migrations_dir={migrations!r}, database={database!r}, migronaut_config={{"lock_ttl_seconds": 4}}
+_target = resolve_target(
+    arguments={{
+        "migrations_dir": {migrations!r},
+        "database": {database!r},
+        "migronaut_config": {{"lock_ttl_seconds": 4}},
+    }}
 )
 for _name in background_migration_names(_target.migrations_dir):
     _dag = background_dag(_name, _target, {options})

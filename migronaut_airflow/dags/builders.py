@@ -1,0 +1,329 @@
+"""The DAGs of one target, each built the same way by :func:`target_dag`.
+
+Every builder only wires operators: what a task decides is the core's. The
+DAG-level scaffolding (ids, tags, ``default_args``, the caller's DAG arguments,
+unpaused creation) is written once, in :func:`target_dag`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any, TypedDict
+
+from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
+from airflow.sdk import DAG, Asset, AssetAny, BaseOperator, Param, XComArg
+from airflow.sdk.definitions.mappedoperator import MappedOperator
+
+from migronaut_airflow.dags.options import DagOptions, DriftEventOptions
+from migronaut_airflow.operators.background import (
+    BackgroundControlOperator,
+    BackgroundLaneOperator,
+    ContinueBackgroundOperator,
+    CoordinateBackgroundOperator,
+    HealBackgroundOperator,
+    MigrationsUpOperator,
+    VerifyDriftOperator,
+)
+from migronaut_airflow.operators.drift import VerifyDriftEventsOperator
+from migronaut_airflow.sensors.lanes import BackgroundLanesSensor
+from migronaut_airflow.targets import DEFAULT_TARGET, TargetSettings
+from migronaut_core import CONTROL_ACTIONS, MigrationCatalog
+
+TAGS = ["migronaut"]
+#: Lanes run before the sensor that waits for them (``dag.test()`` runs one task at a time).
+LANE_PRIORITY = 100
+SENSOR_PRIORITY = 1
+
+
+class Retries(TypedDict):
+    """``retries`` and ``retry_delay`` of a task."""
+
+    retries: int
+    retry_delay: timedelta
+
+
+#: For tasks that only read or compare-and-set: retrying is safe, and it rides out a
+#: deferred task that Airflow marks failed on resuming, or a lost task start.
+SAFE_RETRIES: Retries = {"retries": 2, "retry_delay": timedelta(seconds=5)}
+
+
+def target_dag(
+    settings: TargetSettings,
+    options: DagOptions,
+    kind: str,
+    *,
+    doc_md: str,
+    schedule: Any = None,
+    max_active_runs: int | None = 1,
+    default_args: Mapping[str, Any] | None = None,
+    params: Mapping[str, Param] | None = None,
+    background: bool = False,
+) -> DAG:
+    """A DAG of the target, with the caller's tags, arguments and pause policy.
+
+    ``default_args`` are migronaut's own for this DAG; the caller's
+    ``default_args`` go over them.
+    """
+    tags = [*TAGS, *options.tags]
+    if background:
+        tags.append("background")
+    if settings.name != DEFAULT_TARGET:
+        tags.append(f"migronaut:{settings.name}")
+    limits: dict[str, Any] = {} if max_active_runs is None else {"max_active_runs": max_active_runs}
+    return DAG(
+        dag_id=settings.dag_id(kind),
+        schedule=schedule,
+        **limits,
+        catchup=False,
+        tags=list(dict.fromkeys(tags)),
+        doc_md=doc_md,
+        default_args={**(default_args or {}), **options.default_args},
+        params=dict(params or {}),
+        is_paused_upon_creation=options.paused_upon_creation,
+        **options.for_dag(background=background),
+    )
+
+
+def trigger_dags(
+    task_id: str, upstream: BaseOperator, reason: str, options: DagOptions
+) -> MappedOperator:
+    """Start the DAGs an upstream task returned (none: the mapped task is skipped)."""
+    return TriggerDagRunOperator.partial(
+        task_id=task_id,
+        conf={"reason": reason},
+        skip_when_already_exists=True,
+        **options.for_tasks("admin"),
+    ).expand(trigger_dag_id=upstream.output)
+
+
+def background_dag(
+    migration: str,
+    settings: TargetSettings,
+    options: DagOptions | None = None,
+    *,
+    slice_ms: int | None = None,
+    lane_max_slices: int | None = None,
+    lane_retries: int = 3,
+    lane_retry_delay: timedelta = timedelta(seconds=10),
+    lane_deploy_wait: timedelta = timedelta(minutes=15),
+    lane_pool: str | None = None,
+    sensor_timeout: timedelta = timedelta(hours=24),
+    no_lease_grace_seconds: float = 60.0,
+    poll_interval: float = 5.0,
+    collection_asset: Asset | None = None,
+) -> DAG:
+    """The DAG of one background migration: a run is one coordinator round.
+
+    ``coordinate`` → mapped ``lane`` tasks (one per claimable slot) and the
+    deferrable ``wait_for_lanes`` sensor → ``continue`` (a new run when a new pass
+    or more work is needed). One active run at a time, plus a takeover started
+    beside a stalled one (a newer round) by the stall DAG or the drift DAG's
+    heal. A lane waits up to ``lane_deploy_wait`` for a deploy to bring its
+    worker the registered file.
+
+    :param collection_asset: the migrated collection's asset, the lanes' outlet.
+    :param lane_pool: the Airflow pool of the lane tasks (default: the target's
+        ``lane_pool``, then ``task_args["lane"]["pool"]``, else Airflow's default
+        pool): its slots cap how many lanes of all migrations write at once. The
+        coordinator and the sensor stay out of it, so a full pool never holds up a
+        round's bookkeeping.
+    """
+    options = options or DagOptions()
+    connection = settings.operator_args()
+    lane_args = options.for_tasks("lane")
+    pool = lane_pool or settings.lane_pool or lane_args.pop("pool", None)
+    coordinator_args = {**SAFE_RETRIES, **options.for_tasks("coordinator"), **connection}
+    with target_dag(
+        settings,
+        options,
+        f"bg__{migration}",
+        doc_md=f"Background migration `{migration}`: coordinator round, lanes, wait, continue.",
+        # One run at a time, and room for a takeover of a stalled one.
+        max_active_runs=2,
+        default_args={"retries": 0},
+        background=True,
+    ) as dag:
+        coordinate = CoordinateBackgroundOperator(
+            task_id="coordinate", migration=migration, **coordinator_args
+        )
+        lanes = BackgroundLaneOperator.partial(
+            task_id="lane",
+            migration=migration,
+            slice_ms=slice_ms,
+            max_slices=lane_max_slices,
+            priority_weight=LANE_PRIORITY,
+            weight_rule="absolute",
+            retries=lane_retries,
+            retry_delay=lane_retry_delay,
+            retry_exponential_backoff=True,
+            outlets=[collection_asset] if collection_asset is not None else [],
+            max_deploy_wait_seconds=lane_deploy_wait.total_seconds(),
+            **({"pool": pool} if pool else {}),
+            **lane_args,
+            **connection,
+        ).expand(slot=coordinate.output)
+        wait = BackgroundLanesSensor(
+            task_id="wait_for_lanes",
+            migration=migration,
+            generation=XComArg(coordinate, key="generation"),
+            plan=XComArg(coordinate, key="plan"),
+            mongo_conn_id=settings.mongo_conn_id,
+            database=settings.database,
+            collection_prefix=XComArg(coordinate, key="collection_prefix"),
+            poll_interval=poll_interval,
+            no_lease_grace_seconds=no_lease_grace_seconds,
+            timeout=sensor_timeout.total_seconds(),
+            priority_weight=SENSOR_PRIORITY,
+            weight_rule="absolute",
+            deferrable=True,
+            **SAFE_RETRIES,
+            **options.for_tasks("sensor"),
+        )
+        carry_on = ContinueBackgroundOperator(
+            task_id="continue",
+            migration=migration,
+            trigger_rule="none_failed_min_one_success",
+            **options.for_tasks("coordinator"),
+            **connection,
+        )
+        coordinate >> [lanes, wait]
+        [lanes, wait] >> carry_on
+    return dag
+
+
+def drift_dag(settings: TargetSettings, options: DagOptions, *, on_drift: str | None = None) -> DAG:
+    """``migronaut_drift``: verify completed migrations, then start DAGs that have work.
+
+    Its heal also takes over a migration whose run made no progress for the
+    target's stall time.
+    """
+    admin = {**options.for_tasks("admin"), **settings.operator_args()}
+    with target_dag(
+        settings,
+        options,
+        "drift",
+        schedule=settings.drift_schedule,
+        doc_md="Find old-shape documents after completion (reopen or report), then heal.",
+    ) as dag:
+        verify = VerifyDriftOperator(task_id="verify", on_drift=on_drift, **admin)
+        heal = HealBackgroundOperator(
+            task_id="heal", stall_seconds=settings.stall.total_seconds(), **admin
+        )
+        verify >> heal
+        trigger_dags("start_migrations", heal, "heal", options)
+    return dag
+
+
+def drift_events_dag(
+    settings: TargetSettings,
+    options: DagOptions,
+    assets: list[Asset],
+    drift_options: DriftEventOptions,
+) -> DAG:
+    """``migronaut_drift_events``: when a collection drifts, apply the on-drift policy.
+
+    Scheduled on the collections' assets (any of them); each fire of a drift
+    trigger becomes a run that verifies the collections the events name (reopen
+    or report), then starts the DAGs of migrations with work and no active run.
+    Idempotent: a run with nothing left to heal does nothing.
+    """
+    admin = {**options.for_tasks("admin"), **settings.operator_args()}
+    unique = list({asset.uri: asset for asset in assets}.values())
+    with target_dag(
+        settings,
+        options,
+        "drift_events",
+        schedule=AssetAny(*unique),
+        doc_md="Old-shape writes after completion (a drift trigger fired): reopen or report, heal.",
+        default_args={**SAFE_RETRIES},
+    ) as dag:
+        verify = VerifyDriftEventsOperator(
+            task_id="verify", on_drift=drift_options.on_drift, **admin
+        )
+        heal = HealBackgroundOperator(task_id="heal", **admin)
+        verify >> heal
+        trigger_dags("start_migrations", heal, "drift event", options)
+    return dag
+
+
+def stalls_dag(settings: TargetSettings, options: DagOptions, asset: Asset) -> DAG:
+    """``migronaut_stalls``: take over a migration as soon as nothing moved it for the stall time.
+
+    Scheduled on the state collection's asset, whose stall trigger fires the
+    moment a running migration stands still (no live lease, no partition write,
+    no progress, no coordinator step), instead of at the drift DAG's next tick.
+    Its heal starts a takeover run beside the stuck one (a newer round, which the
+    stuck run's later steps find ``superseded``). Idempotent.
+    """
+    admin = {**options.for_tasks("admin"), **settings.operator_args()}
+    with target_dag(
+        settings,
+        options,
+        "stalls",
+        schedule=asset,
+        doc_md="A running migration stood still past its stall time: take its run over.",
+        default_args={**SAFE_RETRIES},
+    ) as dag:
+        heal = HealBackgroundOperator(
+            task_id="heal", stall_seconds=settings.stall.total_seconds(), **admin
+        )
+        trigger_dags("start_migrations", heal, "stall", options)
+    return dag
+
+
+def control_dag(settings: TargetSettings, options: DagOptions) -> DAG:
+    """``migronaut_control``: a trigger form to pause, resume, cancel, retry, repin, unlock."""
+    admin = {**options.for_tasks("admin"), **settings.operator_args()}
+    with target_dag(
+        settings,
+        options,
+        "control",
+        max_active_runs=None,
+        doc_md="Control a background migration; the triggering user is recorded with the reason.",
+        params={
+            "migration": Param("", type="string", description="the background migration's name"),
+            "action": Param("pause", type="string", enum=list(CONTROL_ACTIONS)),
+            "reason": Param("", type="string", description="why (recorded in its history)"),
+        },
+    ) as dag:
+        control = BackgroundControlOperator(
+            task_id="control",
+            migration="{{ params.migration }}",
+            action="{{ params.action }}",
+            reason="{{ params.reason }}",
+            **admin,
+        )
+        trigger_dags("start_migration", control, "control", options)
+    return dag
+
+
+def up_dag(settings: TargetSettings, options: DagOptions, catalog: MigrationCatalog) -> DAG:
+    """``migronaut_up``: apply regular migrations, register background ones, start their DAGs.
+
+    Its description lists the files of the migrations folder that are no
+    migration (by name, with why), so they show on the DAG's page; the run
+    itself refuses them as ``migronaut up`` does.
+    """
+    admin = {**options.for_tasks("admin"), **settings.operator_args()}
+    with target_dag(
+        settings,
+        options,
+        "up",
+        doc_md=_up_doc(settings, catalog),
+        params={"reason": Param("", type="string", description="why (recorded)")},
+    ) as dag:
+        up = MigrationsUpOperator(task_id="up", reason="{{ params.reason }}", **admin)
+        trigger_dags("start_migrations", up, "up", options)
+    return dag
+
+
+def _up_doc(settings: TargetSettings, catalog: MigrationCatalog) -> str:
+    lines = [
+        f"Run `migronaut up` on target `{settings.name}` ({len(catalog.migrations)} "
+        "migration files), then start the DAG of every background migration with work."
+    ]
+    if catalog.rejected:
+        lines += ["", "**Files in the migrations folder that are no migration:**", ""]
+        lines += [f"- `{item.file}`: {item.reason}" for item in catalog.rejected]
+    return "\n".join(lines)
