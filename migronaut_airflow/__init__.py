@@ -32,7 +32,10 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": "migronaut",
-                "python-modules": ["migronaut_airflow.operators.background"],
+                "python-modules": [
+                    "migronaut_airflow.operators.background",
+                    "migronaut_airflow.operators.drift",
+                ],
             }
         ],
         "sensors": [
@@ -47,6 +50,8 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": [
                     "migronaut_airflow.triggers.lanes",
                     "migronaut_airflow.triggers.delay",
+                    "migronaut_airflow.triggers.drift",
+                    "migronaut_airflow.triggers.stall",
                 ],
             }
         ],
