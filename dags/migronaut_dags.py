@@ -22,7 +22,7 @@ Every DAG is created unpaused: migration DAGs run only when something starts the
 Configure in Airflow's configuration (docs/configuration.md lists every key), e.g.
 ``AIRFLOW__MIGRONAUT__CONN_ID`` (a ``mongo`` connection whose schema is the
 database; default ``migronaut_default``), ``AIRFLOW__MIGRONAUT__MIGRATIONS_DIR``
-(default: ``migrations/`` in the dags folder), ``AIRFLOW__MIGRONAUT__LANE_POOL``,
+(default: ``migrations/`` beside this file), ``AIRFLOW__MIGRONAUT__LANE_POOL``,
 ``AIRFLOW__MIGRONAUT__STALL_SECONDS``, ``AIRFLOW__MIGRONAUT__DRIFT_SCHEDULE``; the
 ``MIGRONAUT_*`` variables of earlier versions still set the default target. For
 DAG arguments (owner, callbacks, tags, queues, pools), copy this file and pass
@@ -32,6 +32,8 @@ one target's broken settings never hide another's DAGs).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from migronaut_airflow.dags.factory import build_all_dags
 
-globals().update(build_all_dags())
+globals().update(build_all_dags(base_folder=Path(__file__).parent))

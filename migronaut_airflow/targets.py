@@ -194,12 +194,15 @@ def resolve_target(
     *,
     env: Mapping[str, str] | None = None,
     airflow_conf: Any = None,
+    base_folder: Path | None = None,
 ) -> TargetSettings:
     """Resolve ``name``'s settings from arguments, Airflow's configuration and the rest.
 
     :param arguments: provider keys (``conn_id``, ``migrations_dir``, …) and
         ``migronaut_config`` (the core's keys); None values count as unset.
     :param env: for the default target's ``MIGRONAUT_*`` variables (``os.environ``).
+    :param base_folder: where the default migrations folders are (``migrations/``,
+        ``migrations_<target>/``) when nothing names one; default: Airflow's dags folder.
     :raises ConfigInvalidError: naming the key and where it was set, never its value.
     """
     check_target_name(name)
@@ -240,7 +243,9 @@ def resolve_target(
     return TargetSettings(
         name=name,
         mongo_conn_id=str(provider.get("conn_id") or _default_conn_id(name)),
-        migrations_dir=str(Path(provider.get("migrations_dir") or _default_folder(name)).resolve()),
+        migrations_dir=str(
+            Path(provider.get("migrations_dir") or _default_folder(name, base_folder)).resolve()
+        ),
         database=str(database) if database else None,
         migronaut_config=migronaut_config,
         lane_pool=str(provider["lane_pool"]) if provider.get("lane_pool") else None,
@@ -284,11 +289,12 @@ def _default_conn_id(target: str) -> str:
     return "migronaut_default" if target == DEFAULT_TARGET else f"migronaut_{target}"
 
 
-def _default_folder(target: str) -> Path:
-    from airflow.configuration import conf  # noqa: PLC0415 - parse-time cost
+def _default_folder(target: str, base_folder: Path | None) -> Path:
+    if base_folder is None:
+        from airflow.configuration import conf  # noqa: PLC0415 - parse-time cost
 
-    dags_folder = Path(conf.get("core", "dags_folder"))
-    return dags_folder / ("migrations" if target == DEFAULT_TARGET else f"migrations_{target}")
+        base_folder = Path(conf.get("core", "dags_folder"))
+    return base_folder / ("migrations" if target == DEFAULT_TARGET else f"migrations_{target}")
 
 
 def _stall(value: Any, key: str) -> timedelta:

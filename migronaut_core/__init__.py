@@ -42,6 +42,7 @@ from migronaut_core.catalog import (
     MigrationCatalog,
     RejectedFile,
     default_cache_dir,
+    ensure_private_folder,
     read_catalog,
 )
 from migronaut_core.changelog import Actor
@@ -131,6 +132,7 @@ __all__ = [
     "config_from_text",
     "default_cache_dir",
     "drift_event_settings",
+    "ensure_private_folder",
     "load_config",
     "next_drift_signal",
     "next_stall_signal",

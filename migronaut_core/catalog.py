@@ -177,8 +177,19 @@ def _cache_file(folder: Path, cache_dir: Path | str | None) -> Path | None:
     return Path(cache_dir) / f"catalog-{key}.json"
 
 
+def ensure_private_folder(folder: Path) -> bool:
+    """Create ``folder`` for this user alone, or accept it only when it is this user's and
+    nobody else may write to it: a planted cache could change which files are migrations."""
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        status = folder.stat()
+    except OSError:
+        return False
+    return status.st_uid == os.getuid() and not status.st_mode & 0o022
+
+
 def _load_cache(cache_file: Path | None) -> dict[str, _Answer]:
-    if cache_file is None:
+    if cache_file is None or not ensure_private_folder(cache_file.parent):
         return {}
     try:
         content = json.loads(cache_file.read_text(encoding="utf-8"))
@@ -203,8 +214,13 @@ def _is_answer(entry: object) -> bool:
 
 def _store_cache(cache_file: Path, entries: dict[str, _Answer]) -> None:
     """Replace the cache file atomically; racing writers each leave a whole file."""
+    if not ensure_private_folder(cache_file.parent):
+        log.warning(
+            "migronaut: catalog cache %s is not a private folder of this user; not used",
+            cache_file.parent,
+        )
+        return
     try:
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(dir=cache_file.parent, suffix=".tmp")
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             json.dump({"version": CACHE_VERSION, "entries": entries}, stream)

@@ -26,7 +26,7 @@ from migronaut_airflow.dags.options import DriftEventOptions
 from migronaut_airflow.targets import TargetSettings
 from migronaut_airflow.triggers.drift import CollectionDriftTrigger
 from migronaut_airflow.triggers.stall import StalledMigrationTrigger
-from migronaut_core import MigrationCatalog
+from migronaut_core import MigrationCatalog, ensure_private_folder
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def _endpoint_cache_file(settings: TargetSettings) -> Path | None:
 
 
 def _remembered(cache: Path | None) -> dict[str, str | int | None] | None:
-    if cache is None:
+    if cache is None or not ensure_private_folder(cache.parent):
         return None
     try:
         content = json.loads(cache.read_text(encoding="utf-8"))
@@ -118,10 +118,9 @@ def _remembered(cache: Path | None) -> dict[str, str | int | None] | None:
 
 
 def _remember(cache: Path | None, endpoint: dict[str, str | int | None]) -> None:
-    if cache is None:
+    if cache is None or not ensure_private_folder(cache.parent):
         return
     try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(dir=cache.parent, suffix=".tmp")
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             json.dump({"at": time.time(), "endpoint": endpoint}, stream)

@@ -78,6 +78,7 @@ def build_dags(
     background_dag_args: Mapping[str, Any] | None = None,
     task_args: Mapping[str, Mapping[str, Any]] | None = None,
     paused_upon_creation: bool | None = False,
+    base_folder: str | os.PathLike[str] | None = None,
     conn_id: str | None = None,
     **background_options: Any,
 ) -> dict[str, DAG]:
@@ -96,6 +97,9 @@ def build_dags(
         ``stall_watch`` is false).
     :param default_args, tags, dag_args, background_dag_args, task_args,
         paused_upon_creation: see :class:`DagOptions`.
+    :param base_folder: where the target's migrations folder is when no setting names
+        one (``migrations/``, ``migrations_<target>/``); default: Airflow's dags folder.
+        The ready DAG file passes its own folder, as a DAG bundle needs.
     :param conn_id: deprecated name of ``mongo_conn_id``.
     :param background_options: :func:`~.builders.background_dag`'s keywords.
     :raises ConfigInvalidError: a setting is invalid or the migrations folder is
@@ -110,7 +114,9 @@ def build_dags(
     }
     if drift_schedule is not _UNSET:
         arguments["drift_schedule"] = drift_schedule
-    settings = resolve_target(target, arguments)
+    settings = resolve_target(
+        target, arguments, base_folder=Path(base_folder) if base_folder is not None else None
+    )
     options = DagOptions(
         default_args=dict(default_args or {}),
         tags=tuple(tags),
