@@ -34,6 +34,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Final, TypedDict
 
+from migronaut_airflow.authorization import AUTH_MANAGER, check_policy
 from migronaut_core import (
     STALL_SECONDS,
     Config,
@@ -62,6 +63,7 @@ PROVIDER_KEYS: Final = frozenset(
         "asset_host",
         "asset_port",
         "cache_dir",
+        "authorize_runs",
     }
 )
 #: Keys only the ``[migronaut]`` section holds.
@@ -127,6 +129,8 @@ class TargetSettings:
         configuration; ``migronaut.toml`` beside the migrations folder fills the rest
         when the kit is built (:attr:`config` shows the result).
     :param asset_host: the host the assets' URIs name; None: the connection's.
+    :param authorize_runs: how a control run's triggering user is checked
+        (:mod:`migronaut_airflow.authorization`).
     """
 
     name: str
@@ -140,6 +144,7 @@ class TargetSettings:
     asset_host: str | None = None
     asset_port: int | None = None
     cache_dir: Path | None = None
+    authorize_runs: str = AUTH_MANAGER
 
     @cached_property
     def config(self) -> Config:
@@ -254,6 +259,7 @@ def resolve_target(
         asset_host=str(provider["asset_host"]) if provider.get("asset_host") else None,
         asset_port=_port(provider.get("asset_port"), origin.get("asset_port", "")),
         cache_dir=_cache_dir(provider.get("cache_dir")),
+        authorize_runs=check_policy(str(provider.get("authorize_runs") or AUTH_MANAGER)),
     )
 
 

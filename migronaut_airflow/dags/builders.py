@@ -273,7 +273,11 @@ def stalls_dag(settings: TargetSettings, options: DagOptions, asset: Asset) -> D
 
 
 def control_dag(settings: TargetSettings, options: DagOptions) -> DAG:
-    """``migronaut_control``: a trigger form to pause, resume, cancel, retry, repin, unlock."""
+    """``migronaut_control``: a trigger form to pause, resume, cancel, retry, repin, unlock.
+
+    A run acts only for a triggering user who may edit the migration's DAG
+    (the target's ``authorize_runs``).
+    """
     admin = {**options.for_tasks("admin"), **settings.operator_args()}
     with target_dag(
         settings,
@@ -292,6 +296,7 @@ def control_dag(settings: TargetSettings, options: DagOptions) -> DAG:
             migration="{{ params.migration }}",
             action="{{ params.action }}",
             reason="{{ params.reason }}",
+            authorize_runs=settings.authorize_runs,
             **admin,
         )
         trigger_dags("start_migration", control, "control", options)

@@ -19,6 +19,7 @@ from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOpe
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from migronaut_airflow.authorization import AUTH_MANAGER, authorize_run, check_policy
 from migronaut_airflow.hooks.migronaut import MigronautHook, mongo_conn_id_from
 from migronaut_airflow.targets import DEFAULT_TARGET, check_target_name, dag_id_for
 from migronaut_airflow.triggers.delay import DelayTrigger
@@ -343,8 +344,13 @@ class ContinueBackgroundOperator(MigronautOperator, TriggerDagRunOperator):
 class BackgroundControlOperator(MigronautOperator):
     """Apply a control action; ``requested_by`` defaults to the user who triggered the run.
 
-    Returns the DAG ids to start (the migration's DAG when the core says it may
-    run now: ``ControlResult.may_run``) and pushes the control's result as ``result``.
+    Acts only when the run's triggering user may edit the migration's DAG
+    (:mod:`migronaut_airflow.authorization`, under ``authorize_runs``); otherwise
+    fails, changing nothing. Returns the DAG ids to start (the migration's DAG when
+    the core says it may run now: ``ControlResult.may_run``) and pushes the
+    control's result as ``result``.
+
+    :param authorize_runs: ``auth_manager``, ``off`` or ``module.path:callable``.
     """
 
     template_fields: Sequence[str] = ("migration", "action", "reason", "requested_by")
@@ -356,6 +362,7 @@ class BackgroundControlOperator(MigronautOperator):
         action: str,
         reason: str | None = None,
         requested_by: str | None = None,
+        authorize_runs: str = AUTH_MANAGER,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -363,11 +370,22 @@ class BackgroundControlOperator(MigronautOperator):
         self.action = action
         self.reason = reason
         self.requested_by = requested_by
+        self.authorize_runs = check_policy(authorize_runs)
 
     def execute(self, context: Context) -> list[str]:
         who = requester(self.requested_by, context)
+        dag_run = context.get("dag_run")
         try:
             action = check_control(self.action)
+        except MigronautError as exc:
+            raise AirflowFailException(f"{exc.code}: {exc.message}") from exc
+        authorize_run(
+            getattr(dag_run, "triggering_user_name", None),
+            self.dag_id_for(self.migration),
+            self.authorize_runs,
+            f"{action} of {self.migration}",
+        )
+        try:
             result = self.kit.control_background(
                 self.migration, action, actor=who, reason=self.reason or None
             )

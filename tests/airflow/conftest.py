@@ -32,6 +32,9 @@ os.environ.update(
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__UNIT_TEST_MODE": "True",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
+        # dag.test() runs are triggered by "dag_test": a user who may edit DAGs, as the
+        # control DAG's permission check asks of a run's triggering user.
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,dag_test:user",
         # The catalog and connection caches of this session, not the machine's.
         "AIRFLOW__MIGRONAUT__CACHE_DIR": str(AIRFLOW_HOME / "migronaut-cache"),
     }
