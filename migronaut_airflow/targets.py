@@ -121,6 +121,17 @@ def dag_id_for(migration: str, target: str = DEFAULT_TARGET) -> str:
     return f"{dag_prefix(target)}bg__{migration}"
 
 
+def migration_of_dag(dag_id: str) -> tuple[str, str] | None:
+    """The target and migration of a background migration's DAG id; None for any other DAG."""
+    match = _MIGRATION_DAG.match(dag_id)
+    if match is None:
+        return None
+    return match.group("target") or DEFAULT_TARGET, match.group("migration")
+
+
+_MIGRATION_DAG = re.compile(r"^migronaut_(?:(?P<target>[a-z0-9_]+?)__)?bg__(?P<migration>.+)$")
+
+
 @dataclass(frozen=True)
 class TargetSettings:
     """One target's settings, resolved (see the module's docstring for the order).

@@ -227,21 +227,28 @@ class AirflowApi(StartsOnEnter):
             self._client.close()
             self._client = None
 
-    def _token(self) -> str:
+    def _token(self, user: str = "admin") -> str:
+        """A JWT of ``user``, signed in with the password the simple auth manager generated."""
         deadline = time.monotonic() + 60.0
         passwords = self.home / PASSWORDS_FILE
         while not passwords.exists():
             if time.monotonic() > deadline:
                 raise AirflowHarnessError(f"{passwords} was not written")
             time.sleep(0.5)
-        password = json.loads(passwords.read_text())["admin"]
+        password = json.loads(passwords.read_text())[user]
         answer = httpx.post(
             f"{self.url}/auth/token",
-            json={"username": "admin", "password": password},
+            json={"username": user, "password": password},
             timeout=30.0,
         )
         answer.raise_for_status()
         return str(answer.json()["access_token"])
+
+    def request_as(self, user: str, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """Call the REST API as another user of ``[core] simple_auth_manager_users``;
+        the response as it is, error statuses included."""
+        headers = {"Authorization": f"Bearer {self._token(user)}"}
+        return httpx.request(method, f"{self.url}{path}", headers=headers, timeout=30.0, **kwargs)
 
     # -- REST -------------------------------------------------------------------------
 

@@ -15,7 +15,15 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query
 
 from migronaut_airflow.plugins import actions, audit
-from migronaut_airflow.plugins.access import CurrentUser, Editor, Reader, may, may_trigger, readable
+from migronaut_airflow.plugins.access import (
+    CurrentUser,
+    Editor,
+    Reader,
+    TargetName,
+    may,
+    may_trigger,
+    readable,
+)
 from migronaut_airflow.plugins.models import (
     ActionRequest,
     ActionResult,
@@ -28,6 +36,7 @@ from migronaut_airflow.plugins.readings import detail, migration_names, summarie
 from migronaut_airflow.plugins.runs import start_migration_dag
 from migronaut_airflow.plugins.target import current_kit
 from migronaut_airflow.plugins.throughput import ThroughputSampler
+from migronaut_airflow.targets import DEFAULT_TARGET, target_names
 from migronaut_core import ControlAction, Migronaut
 from migronaut_core.background.states import STATUSES
 from migronaut_core.errors import ConfigInvalidError, MigronautError
@@ -83,22 +92,29 @@ def list_migrations(
         list[str] | None,
         Query(description="only these statuses (repeat it, or separate with commas)"),
     ] = None,
+    target: TargetName = DEFAULT_TARGET,
 ) -> MigrationList:
-    """The migrations whose DAG the user may read, oldest first, with live progress."""
+    """The target's migrations whose DAG the user may read, oldest first, with live progress."""
     statuses = wanted_statuses(status)
-    names = readable(user, migration_names(kit))
-    rows = summaries(kit, names, statuses, SAMPLER) if names else []
-    return MigrationList(migrations=rows, total=len(rows), statuses=list(STATUSES))
+    names = readable(user, migration_names(kit), target)
+    rows = summaries(kit, names, statuses, SAMPLER, target) if names else []
+    return MigrationList(
+        migrations=rows,
+        total=len(rows),
+        statuses=list(STATUSES),
+        target=target,
+        targets=target_names(),
+    )
 
 
 @router.get("/migrations/{name}", summary="Detail one background migration", responses=_NOT_FOUND)
 def get_migration(grant: Reader, kit: Kit) -> MigrationDetail:
     """Partitions, history, throttle and drift; needs read access to its DAG."""
     permissions = Permissions(
-        can_control=may(grant.user, grant.migration, "PUT"),
-        can_trigger=may_trigger(grant.user, grant.migration),
+        can_control=may(grant.user, grant.migration, "PUT", grant.target),
+        can_trigger=may_trigger(grant.user, grant.migration, grant.target),
     )
-    return detail(kit, grant.migration, SAMPLER, permissions)
+    return detail(kit, grant.migration, SAMPLER, permissions, grant.target)
 
 
 @router.post(

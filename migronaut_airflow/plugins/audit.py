@@ -19,7 +19,7 @@ from airflow.utils.session import create_session
 from sqlalchemy.exc import SQLAlchemyError
 
 from migronaut_airflow.plugins.access import Grant
-from migronaut_airflow.targets import dag_id_for
+from migronaut_airflow.targets import DEFAULT_TARGET
 
 log = logging.getLogger(__name__)
 
@@ -36,11 +36,13 @@ def record_control(
         "outcome": outcome,
         "status": status,
     }
+    if grant.target != DEFAULT_TARGET:
+        extra["target"] = grant.target
     entry = Log(
         event=EVENT_PREFIX + action,
         owner=grant.user_name,
         owner_display_name=grant.user_name,
-        dag_id=dag_id_for(grant.migration),
+        dag_id=grant.dag_id,
         extra=json.dumps(extra),
     )
     try:

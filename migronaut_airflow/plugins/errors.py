@@ -6,7 +6,8 @@ the status says how a client should react::
     400  bad input: CONFIG_INVALID (a blank reason too), MIGRATION_INVALID_NAME, BAD_REQUEST
     401  NOT_AUTHENTICATED: no token (pages answer with a sign-in link)
     403  FORBIDDEN: a bad token, or no right on the migration's DAG
-    404  NOT_APPLIED: no such background migration; NOT_FOUND: no such route
+    404  NOT_APPLIED: no such background migration; UNKNOWN_TARGET: no such target;
+         NOT_FOUND: no such route
     409  BACKGROUND_CONFLICT and the like: the action does not fit the state now
     503  STORE_ERROR, CONNECTION_FAILED, NOT_CONFIGURED: MongoDB or the UI's target
 
@@ -28,7 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from migronaut_airflow.plugins.access import AccessDeniedError, login_url
 from migronaut_airflow.plugins.models import ErrorBody
-from migronaut_airflow.plugins.target import TargetNotConfiguredError
+from migronaut_airflow.plugins.target import TargetNotConfiguredError, UnknownTargetError
 from migronaut_core.errors import (
     BackgroundError,
     ChecksumMismatchError,
@@ -46,6 +47,7 @@ log = logging.getLogger(__name__)
 #: migronaut's errors by HTTP status, most specific class first.
 _STATUS_OF: tuple[tuple[type[MigronautError], int], ...] = (
     (AccessDeniedError, 403),
+    (UnknownTargetError, 404),
     (TargetNotConfiguredError, 503),
     (ConfigInvalidError, 400),
     (MigrationInvalidNameError, 400),

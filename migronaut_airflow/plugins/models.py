@@ -70,6 +70,7 @@ class MigrationSummary(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
 
     name: str
+    target: str = Field("default", description="the target (database) it belongs to")
     dag_id: str
     status: str
     phase: str | None = None
@@ -106,6 +107,10 @@ class MigrationList(BaseModel):
     migrations: list[MigrationSummary]
     total: int
     statuses: list[str] = Field(description="every status a migration can have (for filters)")
+    target: str = Field("default", description="the target listed")
+    targets: list[str] = Field(
+        default_factory=list, description="every target of this Airflow (for a selector)"
+    )
 
 
 class LeaseHolder(BaseModel):

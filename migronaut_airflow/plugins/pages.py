@@ -19,10 +19,11 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from migronaut_airflow.operators.background import DAG_PREFIX
-from migronaut_airflow.plugins.access import CurrentUser, Reader, login_url
+from migronaut_airflow.plugins.access import CurrentUser, Reader, TargetName, login_url
 from migronaut_airflow.plugins.api import Kit, wanted_statuses
 from migronaut_airflow.plugins.models import ErrorBody
+from migronaut_airflow.plugins.target import UnknownTargetError
+from migronaut_airflow.targets import DEFAULT_TARGET, migration_of_dag, target_names
 from migronaut_core import CONTROL_ACTIONS, ControlAction
 from migronaut_core.background.control.actions import DESTRUCTIVE, EXPLANATIONS, LABELS
 from migronaut_core.background.states import STATUSES
@@ -74,9 +75,20 @@ def render(request: Request, template: str, status: int = 200, **context: Any) -
 
 
 @router.get("/", response_class=HTMLResponse)
-def list_page(request: Request, user: CurrentUser, status: str | None = None) -> HTMLResponse:
-    """Every migration the user may read, refreshed every two seconds."""
+def list_page(
+    request: Request,
+    user: CurrentUser,
+    status: str | None = None,
+    target: TargetName = DEFAULT_TARGET,
+) -> HTMLResponse:
+    """Every migration of the target the user may read, refreshed every two seconds;
+    links to the other targets when there are several."""
     selected = sorted(wanted_statuses([status]) or []) if status else []
+    targets = target_names()
+    if target not in targets:
+        raise UnknownTargetError(
+            f"no target {target!r}: [migronaut] targets lists the others", {"target": target}
+        )
     return render(
         request,
         "list.html",
@@ -85,6 +97,8 @@ def list_page(request: Request, user: CurrentUser, status: str | None = None) ->
         user_name=user.get_name(),
         statuses=STATUSES,
         selected=selected[0] if len(selected) == 1 else "",
+        target=target,
+        targets=targets,
     )
 
 
@@ -100,6 +114,7 @@ def detail_page(request: Request, grant: Reader, kit: Kit) -> HTMLResponse:
         request,
         "detail.html",
         page="detail",
+        target=grant.target,
         title=grant.migration,
         name=grant.migration,
         user_name=grant.user_name,
@@ -111,9 +126,13 @@ def detail_page(request: Request, grant: Reader, kit: Kit) -> HTMLResponse:
 @router.get("/dags/{dag_id}", response_class=HTMLResponse)
 def dag_page(request: Request, dag_id: str, user: CurrentUser) -> Response:
     """The per-DAG view: a migration's DAG opens its detail page; any other DAG says so."""
-    if dag_id.startswith(DAG_PREFIX) and len(dag_id) > len(DAG_PREFIX):
-        target = f"{prefix_of(request)}/migrations/{quote(dag_id.removeprefix(DAG_PREFIX))}"
-        return RedirectResponse(target, status_code=303)
+    found = migration_of_dag(dag_id)
+    if found is not None:
+        target, migration = found
+        page = f"{prefix_of(request)}/migrations/{quote(migration)}"
+        if target != DEFAULT_TARGET:
+            page += f"?target={quote(target)}"
+        return RedirectResponse(page, status_code=303)
     return render(
         request,
         "not_migration.html",

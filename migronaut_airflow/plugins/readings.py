@@ -40,7 +40,7 @@ from migronaut_airflow.plugins.throughput import (
     rates,
     recent_rate,
 )
-from migronaut_airflow.targets import dag_id_for
+from migronaut_airflow.targets import DEFAULT_TARGET, dag_id_for
 from migronaut_core import BackgroundStatusView, Migronaut, PartitionView
 from migronaut_core.background.views import LanePacing
 from migronaut_core.bson_values import iso_time
@@ -62,14 +62,19 @@ def summaries(
     names: Collection[str],
     statuses: Collection[str] | None,
     sampler: ThroughputSampler,
+    target: str = DEFAULT_TARGET,
 ) -> list[MigrationSummary]:
     """The summaries of ``names`` (optionally only those in ``statuses``), oldest first."""
     views = kit.background_status_views(names=names, statuses=statuses)
-    return [MigrationSummary(**_summary_fields(view, sampler)) for view in views]
+    return [MigrationSummary(**_summary_fields(view, sampler, target)) for view in views]
 
 
 def detail(
-    kit: Migronaut, name: str, sampler: ThroughputSampler, permissions: Permissions
+    kit: Migronaut,
+    name: str,
+    sampler: ThroughputSampler,
+    permissions: Permissions,
+    target: str = DEFAULT_TARGET,
 ) -> MigrationDetail:
     """Everything the detail page shows of one migration.
 
@@ -81,7 +86,7 @@ def detail(
     history = [history_entry(entry) for entry in kit.background_history(name)]
     watch = kit.background_watch_status(view.collection) if view.collection else None
     return MigrationDetail(
-        **_summary_fields(view, sampler),
+        **_summary_fields(view, sampler, target),
         totals={key: int(value) for key, value in view.totals.items()},
         plan=plan_summary(view),
         coordinator=coordinator_seen(view),
@@ -98,13 +103,16 @@ def detail(
     )
 
 
-def _summary_fields(view: BackgroundStatusView, sampler: ThroughputSampler) -> dict[str, Any]:
+def _summary_fields(
+    view: BackgroundStatusView, sampler: ThroughputSampler, target: str
+) -> dict[str, Any]:
     shown = view.progress
-    samples = sampler.observe(view.name, view.generation, shown.done)
+    samples = sampler.observe(f"{target}/{view.name}", view.generation, shown.done)
     flow = throughput(view, samples, sampler.now())
     return {
         "name": view.name,
-        "dag_id": dag_id_for(view.name),
+        "target": target,
+        "dag_id": dag_id_for(view.name, target),
         "status": view.status,
         "phase": view.phase,
         "direction": view.direction,

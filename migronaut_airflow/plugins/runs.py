@@ -23,7 +23,6 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from migronaut_airflow.plugins.access import Grant, may_trigger
 from migronaut_airflow.plugins.models import DagRunStarted
-from migronaut_airflow.targets import dag_id_for
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +31,8 @@ _ACTIVE = (DagRunState.QUEUED, DagRunState.RUNNING)
 
 def start_migration_dag(grant: Grant, action: str) -> tuple[DagRunStarted | None, str | None]:
     """Queue a run of the migration's DAG; returns the run, or None and why not."""
-    dag_id = dag_id_for(grant.migration)
-    if not may_trigger(grant.user, grant.migration):
+    dag_id = grant.dag_id
+    if not may_trigger(grant.user, grant.migration, grant.target):
         return None, f"you may not start runs of {dag_id}; the drift DAG's heal will"
     try:
         return _start(dag_id, grant.user_name, action)

@@ -1,4 +1,4 @@
-"""Which MongoDB the UI reads and steers: the default target's, through one kit per process.
+"""Which MongoDB the UI reads and steers: a target's, through one kit per target and process.
 
 The plugin runs in the API server, which parses no DAG file, so it resolves the
 target's settings the way the DAGs do (:func:`migronaut_airflow.targets.resolve_target`):
@@ -21,7 +21,8 @@ import threading
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from migronaut_airflow.hooks.migronaut import MigronautHook
-from migronaut_airflow.targets import DEFAULT_TARGET, TargetSettings, resolve_target
+from migronaut_airflow.plugins.access import TargetName
+from migronaut_airflow.targets import DEFAULT_TARGET, TargetSettings, resolve_target, target_names
 from migronaut_core import Migronaut
 from migronaut_core.errors import ConfigInvalidError, MigronautError
 
@@ -82,13 +83,24 @@ class KitCache:
 kits = KitCache()
 
 
-def current_kit() -> Migronaut:
-    """The default target's kit (a FastAPI dependency).
+class UnknownTargetError(MigronautError):
+    """The request names a target this Airflow does not configure."""
 
+    code = "UNKNOWN_TARGET"
+
+
+def current_kit(target: TargetName = DEFAULT_TARGET) -> Migronaut:
+    """The kit of the request's target (a FastAPI dependency).
+
+    :raises UnknownTargetError: ``[migronaut] targets`` does not list it.
     :raises TargetNotConfiguredError: its settings are invalid, or as :meth:`KitCache.kit`.
     """
     try:
-        settings = resolve_target(DEFAULT_TARGET)
+        if target not in target_names():
+            raise UnknownTargetError(
+                f"no target {target!r}: [migronaut] targets lists the others", {"target": target}
+            )
+        settings = resolve_target(target)
     except ConfigInvalidError as exc:
         raise TargetNotConfiguredError(exc.message, exc.context) from exc
     return kits.kit(settings)

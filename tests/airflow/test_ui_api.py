@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,60 +22,17 @@ from pymongo.database import Database
 
 from migronaut_airflow.operators.background import dag_id_for
 from tests.support.background import SPLIT_NAME, make_kit, write_background
+from tests.support.ui import UI, Airflow, signed_in_app
 
 SENTINEL = "Zq9SentinelValue"
-UI = "/migronaut"
 USERS = {"viewer": "viewer", "editor": "user", "admin": "admin"}
-
-
-@dataclass
-class Airflow:
-    client: Any
-    tokens: dict[str, str]
-
-    def headers(self, user: str | None) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.tokens[user]}"} if user else {}
-
-    def get(self, path: str, user: str | None = "viewer", **kwargs: Any) -> Any:
-        return self.client.get(UI + path, headers=self.headers(user), **kwargs)
-
-    def act(self, name: str, action: str, user: str | None, body: Any) -> Any:
-        url = f"{UI}/api/migrations/{name}/actions/{action}"
-        return self.client.post(url, headers=self.headers(user), json=body)
 
 
 @pytest.fixture(scope="module")
 def airflow(airflow_db: Path) -> Iterator[Airflow]:
     """The API server's app as Airflow builds it, but without its own REST views (slow to build)."""
-    from airflow.api_fastapi.app import init_auth_manager, init_plugins, purge_cached_app
-    from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
-    from airflow.api_fastapi.core_api.app import init_middlewares
-    from fastapi import FastAPI
-    from fastapi.testclient import TestClient
-
-    users = ",".join(f"{name}:{role}" for name, role in USERS.items())
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", users)
-        patch.setenv(
-            "AIRFLOW__CORE__AUTH_MANAGER",
-            "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
-        )
-        purge_cached_app()
-        app = FastAPI()
-        init_plugins(app)  # mounts the plugin's app at /migronaut, as the API server does
-        init_auth_manager(app)  # generates the passwords, mounts /auth
-        init_middlewares(app)  # the token refresh
-        client = TestClient(app)
-        passwords = SimpleAuthManager.get_passwords()
-        tokens = {}
-        for name in USERS:
-            answer = client.post(
-                "/auth/token", json={"username": name, "password": passwords[name]}
-            )
-            assert answer.status_code == 201, answer.text
-            tokens[name] = answer.json()["access_token"]
-        yield Airflow(client, tokens)
-        purge_cached_app()
+    with signed_in_app(USERS) as app:
+        yield app
 
 
 def drop_runs(dag_id: str) -> list[Any]:

@@ -11,6 +11,7 @@ window.Migronaut = (function () {
   const body = document.body;
   const API = body.dataset.api;
   const PREFIX = body.dataset.prefix;
+  const TARGET = body.dataset.target || "default";
   const SVG = "http://www.w3.org/2000/svg";
   const POLL_MS = 2000;
 
@@ -27,7 +28,7 @@ window.Migronaut = (function () {
   async function api(path, options) {
     const init = Object.assign({ credentials: "same-origin", cache: "no-store" }, options || {});
     init.headers = Object.assign({ Accept: "application/json" }, init.headers || {});
-    const response = await fetch(API + path, init);
+    const response = await fetch(withTarget(API + path), init);
     let payload = null;
     try {
       payload = await response.json();
@@ -199,8 +200,14 @@ window.Migronaut = (function () {
     return { text: name, title: MODES[name] || "" };
   }
 
+  /* A URL of this app for the page's target (the default target's stay as they were). */
+  function withTarget(url) {
+    if (TARGET === "default") return url;
+    return url + (url.includes("?") ? "&" : "?") + "target=" + encodeURIComponent(TARGET);
+  }
+
   function migrationUrl(name) {
-    return PREFIX + "/migrations/" + encodeURIComponent(name);
+    return withTarget(PREFIX + "/migrations/" + encodeURIComponent(name));
   }
 
   return {

@@ -1,0 +1,206 @@
+"""A platform team's deployment, end to end on a real ``airflow standalone``.
+
+The shipped DAG file is copied into a fresh dags folder with empty migrations
+folders for two targets — ``default`` (database A) and ``orders`` (database B, listed
+in ``[migronaut] targets``) — and Airflow keeps its default of creating DAGs paused.
+Nobody unpauses anything: migration files are dropped into both folders, the two
+``up`` DAGs are triggered through the REST API by a user with the ``user`` role, and
+both migrations run at once under distinct DAG ids. Then the control DAG's
+permission check: a viewer's trigger is refused by Airflow, a run triggered from
+the command line (by an OS user the auth manager does not know) is refused by the
+control task, and neither changes anything; the editor's pause is applied.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pymongo import MongoClient
+from pymongo.database import Database
+
+from migronaut_dev.airflow_standalone import AirflowStandalone, install_dag_file, overlapping
+from migronaut_dev.endpoints import airflow_connection
+from tests.support.airflow import log_tail_on_failure
+from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+DOCUMENTS = 3_000
+USERS = {"admin": "admin", "editor": "user", "viewer": "viewer"}
+PROBE = "20240109000000_permission_probe"
+#: Short waits, as the other standalone modules use them.
+DAG_OPTIONS = (
+    "lane_retry_delay=timedelta(seconds=1), no_lease_grace_seconds=5.0, "
+    "poll_interval=1.0, migronaut_config={'lock_ttl_seconds': 4}"
+)
+
+
+@dataclass
+class Deployment:
+    airflow: AirflowStandalone
+    dags: Path
+    shop: Database[dict[str, Any]]
+    orders: Database[dict[str, Any]]
+    mongo_uri: str
+
+    def dag(self, dag_id: str) -> dict[str, Any]:
+        return dict(self.airflow.request("GET", f"/api/v2/dags/{dag_id}"))
+
+    def trigger_as(self, user: str, dag_id: str, conf: dict[str, Any]) -> Any:
+        return self.airflow.request_as(
+            user,
+            "POST",
+            f"/api/v2/dags/{dag_id}/dagRuns",
+            json={"logical_date": None, "conf": conf},
+        )
+
+
+@pytest.fixture(scope="module")
+def deployment(
+    tmp_path_factory: pytest.TempPathFactory,
+    mongo_uri: str,
+    mongo_client: MongoClient[dict[str, Any]],
+) -> Iterator[Deployment]:
+    suffix = uuid.uuid4().hex[:10]
+    shop, orders = mongo_client[f"t_shop_{suffix}"], mongo_client[f"t_orders_{suffix}"]
+    root = tmp_path_factory.mktemp("deployment")
+    dags = root / "dags"
+    try:
+        for db in (shop, orders):
+            seed_users(db, DOCUMENTS)
+            db.users.create_index([("_v", 1), ("_id", 1)])
+        install_dag_file(dags, DAG_OPTIONS)
+        (dags / "migrations").mkdir()
+        (dags / "migrations_orders").mkdir()
+        env = {
+            "AIRFLOW__MIGRONAUT__TARGETS": "orders",
+            "AIRFLOW__MIGRONAUT__CACHE_DIR": str(root / "cache"),
+            "AIRFLOW_CONN_MIGRONAUT_DEFAULT": airflow_connection(mongo_uri, shop.name),
+            "AIRFLOW_CONN_MIGRONAUT_ORDERS": airflow_connection(mongo_uri, orders.name),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(
+                f"{name}:{role}" for name, role in USERS.items()
+            ),
+            # Airflow's own default, said out loud: new DAGs are born paused.
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+        }
+        with AirflowStandalone(root / "airflow", dags, env) as airflow:
+            yield Deployment(airflow, dags, shop, orders, mongo_uri)
+    finally:
+        mongo_client.drop_database(shop.name)
+        mongo_client.drop_database(orders.name)
+
+
+@pytest.fixture(autouse=True)
+def _airflow_log_on_failure(
+    deployment: Deployment, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
+) -> Iterator[None]:
+    yield from log_tail_on_failure(deployment.airflow, request, capsys)
+
+
+def test_two_targets_migrate_at_once_and_nobody_unpauses_anything(
+    deployment: Deployment,
+) -> None:
+    airflow = deployment.airflow
+    airflow.wait_for_dag("migronaut_up")
+    airflow.wait_for_dag("migronaut_orders__up")
+    # Migration files dropped into a running deployment's folders.
+    write_background(
+        deployment.dags / "migrations", batch_size=100, max_parallel=2, per_document_seconds=0.002
+    )
+    write_background(
+        deployment.dags / "migrations_orders",
+        batch_size=100,
+        max_parallel=2,
+        per_document_seconds=0.002,
+    )
+    shop_dag, orders_dag = f"migronaut_bg__{SPLIT_NAME}", f"migronaut_orders__bg__{SPLIT_NAME}"
+    airflow.wait_for_dag(shop_dag, timeout=180)
+    airflow.wait_for_dag(orders_dag, timeout=180)
+
+    runs = {
+        dag_id: deployment.trigger_as("editor", dag_id, {"reason": "release 42"}).json()
+        for dag_id in ("migronaut_up", "migronaut_orders__up")
+    }
+    for dag_id, run in runs.items():
+        assert run["triggering_user_name"] == "editor"
+        assert airflow.wait_for_run(dag_id, run["dag_run_id"], timeout=180) == "success"
+
+    def both_completed() -> bool:
+        return all(
+            db.users.count_documents({"_v": 2}) == DOCUMENTS
+            for db in (deployment.shop, deployment.orders)
+        )
+
+    airflow.wait_until(both_completed, 240, "both targets' migrations did not complete")
+    for db in (deployment.shop, deployment.orders):
+        assert db.users.count_documents({"first": {"$exists": True}}) == DOCUMENTS
+    lanes = []
+    for dag_id in (shop_dag, orders_dag):
+        for run in airflow.dag_runs(dag_id):
+            lanes += [
+                {**ti, "task_id": f"{dag_id}.lane"}
+                for ti in airflow.task_instances(dag_id, run["dag_run_id"])
+                if ti["task_id"] == "lane"
+            ]
+    shop_lanes = [ti for ti in lanes if ti["task_id"].startswith(shop_dag)]
+    orders_lanes = [ti for ti in lanes if ti["task_id"].startswith(orders_dag)]
+    assert shop_lanes and orders_lanes
+    assert any(overlapping([a, b]) for a in shop_lanes for b in orders_lanes)
+    migronaut_dags = airflow.request("GET", "/api/v2/dags", params={"tags": "migronaut"})
+    ids = {dag["dag_id"]: dag["is_paused"] for dag in migronaut_dags["dags"]}
+    assert {shop_dag, orders_dag, "migronaut_up", "migronaut_orders__control"} <= set(ids)
+    assert not any(ids.values())  # created unpaused; this test never unpaused one
+
+
+def test_only_a_user_who_may_edit_the_migrations_dag_controls_it(deployment: Deployment) -> None:
+    airflow = deployment.airflow
+    probe_folder = deployment.dags.parent / "probe"
+    write_background(probe_folder, PROBE, extra='"filter": {"n": -1},')
+    with make_kit(deployment.mongo_uri, deployment.orders, probe_folder) as kit:
+        kit.up()  # registered (pending); no Airflow run drives it
+    control = "migronaut_orders__control"
+    airflow.wait_for_dag(control)
+    pause = {"migration": PROBE, "action": "pause", "reason": "not yours"}
+
+    def probe_status() -> str:
+        with make_kit(deployment.mongo_uri, deployment.orders, probe_folder) as kit:
+            return str(kit.background_status(PROBE)["status"])
+
+    refused = deployment.trigger_as("viewer", control, pause)
+    assert refused.status_code == 403
+    assert airflow.dag_runs(control) == []
+
+    subprocess.run(
+        [
+            str(Path(sys.executable).with_name("airflow")),
+            "dags",
+            "trigger",
+            control,
+            "--conf",
+            json.dumps(pause),
+        ],
+        env=airflow.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    (from_cli,) = airflow.dag_runs(control)
+    assert airflow.wait_for_run(control, from_cli["dag_run_id"]) == "failed"
+    states = {
+        ti["task_id"]: ti["state"] for ti in airflow.task_instances(control, from_cli["dag_run_id"])
+    }
+    assert states["control"] == "failed"
+    assert probe_status() == "pending"
+
+    allowed = deployment.trigger_as("editor", control, {**pause, "reason": "mine"}).json()
+    assert airflow.wait_for_run(control, allowed["dag_run_id"]) == "success"
+    assert probe_status() == "paused"
