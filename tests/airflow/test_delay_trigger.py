@@ -42,11 +42,16 @@ def test_fires_once_with_its_payload() -> None:
     assert asyncio.run(events()) == [{"status": "success", "round": 2}]
 
 
-def test_the_provider_lists_both_triggers() -> None:
+def test_the_provider_lists_every_trigger() -> None:
     (triggers,) = get_provider_info()["triggers"]
     assert triggers == {
         "integration-name": "migronaut",
-        "python-modules": ["migronaut_airflow.triggers.lanes", "migronaut_airflow.triggers.delay"],
+        "python-modules": [
+            "migronaut_airflow.triggers.lanes",
+            "migronaut_airflow.triggers.delay",
+            "migronaut_airflow.triggers.drift",
+            "migronaut_airflow.triggers.stall",
+        ],
     }
     for module in triggers["python-modules"]:
         importlib.import_module(module)

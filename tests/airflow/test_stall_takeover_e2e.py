@@ -56,7 +56,9 @@ DRIFT_TICK_SECONDS = 600
 RESCUE_BOUND_SECONDS = 180
 DAG_OPTIONS = (
     f"stall=timedelta(seconds={STALL_SECONDS}), no_lease_grace_seconds=3600.0, "
-    f"poll_interval=1.0, migronaut_config={{'lock_ttl_seconds': {TTL_SECONDS}}}"
+    f"poll_interval=1.0, migronaut_config={{'lock_ttl_seconds': {TTL_SECONDS}}}, "
+    # Paused at creation, as Airflow's default has it: the drift DAG must stay paused here.
+    "paused_upon_creation=None"
 )
 #: The application writes until the migration is this far, then stops (the cluster
 #: tests' pattern): the passes after that take the old-shape documents it inserted.

@@ -64,7 +64,9 @@ PAUSED_MIGRATION = SLOW_MIGRATION.replace('"accounts"', '"ledgers"').replace(
 #: their slice length from each migration.
 DAG_OPTIONS = (
     "lane_retry_delay=timedelta(seconds=1), no_lease_grace_seconds=5.0, "
-    "poll_interval=1.0, migronaut_config={'lock_ttl_seconds': 4}"
+    "poll_interval=1.0, migronaut_config={'lock_ttl_seconds': 4}, "
+    # Paused at creation, as Airflow's default has it: these tests unpause what they run.
+    "paused_upon_creation=None"
 )
 
 

@@ -34,7 +34,9 @@ POOL_SLOTS = 2
 TTL_SECONDS = 60
 DAG_OPTIONS = (
     f"lane_pool={POOL!r}, lane_retry_delay=timedelta(seconds=1), no_lease_grace_seconds=5.0, "
-    f"poll_interval=1.0, migronaut_config={{'lock_ttl_seconds': {TTL_SECONDS}}}"
+    f"poll_interval=1.0, migronaut_config={{'lock_ttl_seconds': {TTL_SECONDS}}}, "
+    # Paused at creation, as Airflow's default has it: these tests unpause what they run.
+    "paused_upon_creation=None"
 )
 SLOW = """
 import time

@@ -73,7 +73,9 @@ def migrate(doc, ctx):
 """
 DAG_OPTIONS = (
     "lane_retry_delay=timedelta(seconds=1), no_lease_grace_seconds=5.0, "
-    "poll_interval=1.0, migronaut_config={'lock_ttl_seconds': 10}"
+    "poll_interval=1.0, migronaut_config={'lock_ttl_seconds': 10}, "
+    # Paused at creation, as Airflow's default has it: these tests unpause what they run.
+    "paused_upon_creation=None"
 )
 #: The signed-in user: a non-admin who may edit DAGs (SimpleAuthManager's ``user`` role).
 USER, ROLE = "alice", "user"

@@ -51,7 +51,9 @@ def migrate(doc, ctx):
 DRIFT_DAG_OPTIONS = (
     "drift_schedule=None, "
     "drift_events={'refire_after_seconds': 3600.0, 'refresh_seconds': 1.0}, "
-    "migronaut_config={'lock_ttl_seconds': 4}"
+    "migronaut_config={'lock_ttl_seconds': 4}, "
+    # Paused at creation, as Airflow's default has it: these tests unpause what they run.
+    "paused_upon_creation=None"
 )
 #: ``[triggerer] triggerer_health_check_threshold`` for these tests: a killed
 #: triggerer's triggers move to a new one within seconds.
