@@ -18,7 +18,7 @@ from migronaut_core.background.control.actions import (
     ControlAction,
     ControlResult,
 )
-from migronaut_core.background.coordinator import STALL_SECONDS, Answer, Driver
+from migronaut_core.background.coordinator import STALL_SECONDS, Answer, Driver, NextStep
 from migronaut_core.background.drift.events import (
     DriftEventSettings,
     DriftSignal,
@@ -27,7 +27,7 @@ from migronaut_core.background.drift.events import (
 )
 from migronaut_core.background.dry_run import DryRunReport, StepDryRunReport
 from migronaut_core.background.indexes import ConvergeReport, PruneReport
-from migronaut_core.background.lanes.lane import SliceResult
+from migronaut_core.background.lanes.lane import SliceOutcome, SliceResult
 from migronaut_core.background.stalls import (
     StallSignal,
     StallWatchSettings,
@@ -114,6 +114,7 @@ __all__ = [
     "MigrationInvalidNameError",
     "Migronaut",
     "MigronautError",
+    "NextStep",
     "NotAppliedError",
     "PartitionView",
     "PlannedMigration",
@@ -123,6 +124,7 @@ __all__ = [
     "RunOptions",
     "RunPlan",
     "RunResult",
+    "SliceOutcome",
     "SliceResult",
     "StallSignal",
     "StallWatchSettings",

@@ -143,9 +143,9 @@ class CoordinateBackgroundOperator(MigronautOperator):
 
     def _step(self, context: Context, round_: int | None) -> list[int]:
         answer = self.coordinate(self.migration, context, round_)
-        if answer.next in ("done", "superseded"):
+        if answer.ends_driving:
             raise AirflowSkipException(end_round(self.migration, answer))
-        if answer.next in ("wait", "busy"):
+        if answer.steps_again_later:
             self.log.info(
                 "%s: %s (%s); stepping again later", self.migration, answer.next, answer.reason
             )
@@ -334,7 +334,7 @@ class ContinueBackgroundOperator(MigronautOperator, TriggerDagRunOperator):
             answer = self.coordinate(self.migration, context, round_)
         finally:
             self.hook.close()
-        if answer.next in ("done", "superseded"):
+        if answer.ends_driving:
             self.log.info("%s; no new run", end_round(self.migration, answer))
             return answer.to_dict()
         self.log.info("%s: %s; starting the next round", self.migration, answer.next)

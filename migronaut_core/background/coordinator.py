@@ -18,7 +18,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import pendulum
 
@@ -83,11 +83,17 @@ class Driver:
     rounds: bool = False
 
 
+#: What a coordinator step tells its driver to do next: start ``lanes`` lanes
+#: (``process``), step again after ``retry_after_ms`` (``wait``, ``busy``), or stop
+#: driving (``done``: nothing left or a final status; ``superseded``: a newer round drives).
+NextStep = Literal["process", "wait", "busy", "done", "superseded"]
+
+
 @dataclass(frozen=True, slots=True)
 class Answer:
     """A coordinator step's answer."""
 
-    next: str
+    next: NextStep
     status: str | None = None
     lanes: int = 0
     retry_after_ms: int = 0
@@ -99,6 +105,17 @@ class Answer:
     round: int | None = None
     waits_for: list[str] = field(default_factory=list)
     error: str | None = None
+
+    @property
+    def ends_driving(self) -> bool:
+        """Nothing for this driver to do: the migration is done (or final), or a newer round
+        drives it."""
+        return self.next in ("done", "superseded")
+
+    @property
+    def steps_again_later(self) -> bool:
+        """Step again after ``retry_after_ms``: waiting on something, or the lock is held."""
+        return self.next in ("wait", "busy")
 
     def to_dict(self) -> dict[str, Any]:
         data = {
@@ -155,7 +172,9 @@ def last_activity(state: Mapping[str, Any], last_partition_write: Any) -> dateti
     return max(seen) if seen else None
 
 
-def _retry_soon(rt: Runtime, reason: str | None = None, *, next: str = "wait") -> Answer:
+def _retry_soon(
+    rt: Runtime, reason: str | None = None, *, next: Literal["wait", "busy"] = "wait"
+) -> Answer:
     """Ask again in half a lock TTL: ``wait`` (with why) or ``busy`` (another holds the lock)."""
     return Answer(next, reason=reason, retry_after_ms=max(1, rt.ttl_ms // 2))
 

@@ -29,7 +29,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, cast, get_args
 
 import pendulum
 
@@ -65,11 +65,29 @@ log = logging.getLogger("migronaut_core.background")
 _CONTROL_FIELDS = {"status": 1, "generation": 1, "plan.token": 1}
 
 
+#: How a slice ended (the module's docstring says what each means).
+SliceOutcome = Literal[
+    "yielded",
+    "exhausted",
+    "busy",
+    "deferred",
+    "stale",
+    "paused",
+    "cancelled",
+    "failed",
+    "stopped",
+    "lost",
+]
+
+
+SLICE_OUTCOMES: frozenset[str] = frozenset(get_args(SliceOutcome))
+
+
 @dataclass(frozen=True, slots=True)
 class SliceResult:
     """How one slice ended (``outcome``: exhausted, yielded, stopped, stale...), its counters."""
 
-    outcome: str
+    outcome: SliceOutcome
     counters: dict[str, int] = field(default_factory=dict)
     retry_after_ms: int | None = None
     error: str | None = None
@@ -223,7 +241,14 @@ def run_slice(
             return SliceResult("failed", counters, error=message)
         if result.outcome != "exhausted":
             rt.store.release(claim.lease)
-            return SliceResult(result.outcome, counters)
+            return SliceResult(_as_slice_outcome(result.outcome), counters)
+
+
+def _as_slice_outcome(outcome: str) -> SliceOutcome:
+    """A partition's outcome as a slice's (the engine's words are a subset of the lane's)."""
+    if outcome not in SLICE_OUTCOMES:
+        raise ValueError(f"a partition ended with an outcome no slice has: {outcome!r}")
+    return cast(SliceOutcome, outcome)
 
 
 def _deferred(
