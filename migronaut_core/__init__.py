@@ -5,7 +5,10 @@ hierarchy in :mod:`migronaut_core.errors`, and the result types the kit returns
 (re-exported here so callers need not know the modules they live in), and
 :func:`next_drift_signal` and :func:`next_stall_signal`, the async waits for
 drift and for a stalled migration an event-driven scheduler's triggers run
-(Airflow's ``AssetWatcher``).
+(Airflow's ``AssetWatcher``). A scheduler's skin (the Airflow provider) also
+finds here what it shows and waits on: the control actions' guides, the
+statuses, the lanes' reads and their wait verdicts. It imports nothing else of
+the core but :mod:`migronaut_core.errors` (an import contract says so).
 Importing this package never imports Airflow.
 """
 
@@ -15,8 +18,11 @@ from migronaut_core.audit import Finding
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.control.actions import (
     CONTROL_ACTIONS,
+    CONTROL_GUIDES,
     ControlAction,
+    ControlGuide,
     ControlResult,
+    check_control,
 )
 from migronaut_core.background.coordinator import STALL_SECONDS, Answer, Driver, NextStep
 from migronaut_core.background.drift.events import (
@@ -28,15 +34,21 @@ from migronaut_core.background.drift.events import (
 from migronaut_core.background.dry_run import DryRunReport, StepDryRunReport
 from migronaut_core.background.indexes import ConvergeReport, PruneReport
 from migronaut_core.background.lanes.lane import SliceOutcome, SliceResult
+from migronaut_core.background.lanes.waiting import REASONS as LANE_WAIT_REASONS
+from migronaut_core.background.lanes.waiting import LanesWatch
 from migronaut_core.background.stalls import (
     StallSignal,
     StallWatchSettings,
     next_stall_signal,
     stall_watch_settings,
 )
+from migronaut_core.background.states import STATUSES as BACKGROUND_STATUSES
+from migronaut_core.background.states import Status as BackgroundStatus
+from migronaut_core.background.store.lanes import read_lanes, read_lanes_async
 from migronaut_core.background.telemetry import MetricsSink
-from migronaut_core.background.views import BackgroundStatusView, PartitionView
+from migronaut_core.background.views import BackgroundStatusView, LanePacing, PartitionView
 from migronaut_core.baseline import BaselineResult
+from migronaut_core.bson_values import iso_time
 from migronaut_core.catalog import (
     CatalogEntry,
     MigrationCatalog,
@@ -45,8 +57,14 @@ from migronaut_core.catalog import (
     ensure_private_folder,
     read_catalog,
 )
-from migronaut_core.changelog import Actor
-from migronaut_core.config import Config, config_from_text, load_config
+from migronaut_core.changelog import MAX_REASON_LENGTH, Actor
+from migronaut_core.config import (
+    DEFAULT_BACKGROUND_COLLECTION,
+    BackgroundCollections,
+    Config,
+    config_from_text,
+    load_config,
+)
 from migronaut_core.errors import (
     BackgroundConflictError,
     BackgroundFailedError,
@@ -72,17 +90,25 @@ from migronaut_core.errors import (
 from migronaut_core.kit import Migronaut
 from migronaut_core.preview import PlannedMigration, RunPlan
 from migronaut_core.runner import MigrationContext, RunOptions, RunResult, StatusRow
+from migronaut_core.scrub import redact_uri
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BACKGROUND_STATUSES",
     "CONTROL_ACTIONS",
+    "CONTROL_GUIDES",
+    "DEFAULT_BACKGROUND_COLLECTION",
+    "LANE_WAIT_REASONS",
+    "MAX_REASON_LENGTH",
     "STALL_SECONDS",
     "Actor",
     "Answer",
+    "BackgroundCollections",
     "BackgroundConflictError",
     "BackgroundFailedError",
     "BackgroundPendingError",
+    "BackgroundStatus",
     "BackgroundStatusView",
     "BaselineConflictError",
     "BaselineResult",
@@ -93,6 +119,7 @@ __all__ = [
     "ConfigInvalidError",
     "ConnectionFailedError",
     "ControlAction",
+    "ControlGuide",
     "ControlResult",
     "ConvergeReport",
     "DriftEventSettings",
@@ -103,6 +130,8 @@ __all__ = [
     "Finding",
     "IndexMissingError",
     "IrreversibleMigrationError",
+    "LanePacing",
+    "LanesWatch",
     "LockAlreadyHeldError",
     "LockLostError",
     "MetricsSink",
@@ -131,13 +160,18 @@ __all__ = [
     "StatusRow",
     "StepDryRunReport",
     "TransactionsUnsupportedError",
+    "check_control",
     "config_from_text",
     "default_cache_dir",
     "drift_event_settings",
     "ensure_private_folder",
+    "iso_time",
     "load_config",
     "next_drift_signal",
     "next_stall_signal",
     "read_catalog",
+    "read_lanes",
+    "read_lanes_async",
+    "redact_uri",
     "stall_watch_settings",
 ]

@@ -23,8 +23,15 @@ from migronaut_airflow.authorization import AUTH_MANAGER, authorize_run, check_p
 from migronaut_airflow.hooks.migronaut import MigronautHook, mongo_conn_id_from
 from migronaut_airflow.targets import DEFAULT_TARGET, check_target_name, dag_id_for
 from migronaut_airflow.triggers.delay import DelayTrigger
-from migronaut_core import STALL_SECONDS, Answer, CancelToken, Driver, Migronaut, MigronautError
-from migronaut_core.background.control.actions import check_control
+from migronaut_core import (
+    STALL_SECONDS,
+    Answer,
+    CancelToken,
+    Driver,
+    Migronaut,
+    MigronautError,
+    check_control,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

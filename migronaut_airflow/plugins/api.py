@@ -37,8 +37,7 @@ from migronaut_airflow.plugins.runs import start_migration_dag
 from migronaut_airflow.plugins.target import current_kit
 from migronaut_airflow.plugins.throughput import ThroughputSampler
 from migronaut_airflow.targets import DEFAULT_TARGET, target_names
-from migronaut_core import ControlAction, Migronaut
-from migronaut_core.background.states import STATUSES
+from migronaut_core import BACKGROUND_STATUSES, ControlAction, Migronaut
 from migronaut_core.errors import ConfigInvalidError, MigronautError
 
 log = logging.getLogger(__name__)
@@ -75,10 +74,11 @@ def wanted_statuses(status: list[str] | None) -> set[str] | None:
     if not status:
         return None
     wanted = {part.strip() for value in status for part in value.split(",") if part.strip()}
-    unknown = wanted.difference(STATUSES)
+    unknown = wanted.difference(BACKGROUND_STATUSES)
     if unknown:
         raise ConfigInvalidError(
-            f"unknown status {sorted(unknown)[0]!r}; expected one of {', '.join(STATUSES)}",
+            f"unknown status {sorted(unknown)[0]!r}; "
+            f"expected one of {', '.join(BACKGROUND_STATUSES)}",
             {"key": "status"},
         )
     return wanted or None
@@ -101,7 +101,7 @@ def list_migrations(
     return MigrationList(
         migrations=rows,
         total=len(rows),
-        statuses=list(STATUSES),
+        statuses=list(BACKGROUND_STATUSES),
         target=target,
         targets=target_names(),
     )

@@ -24,10 +24,12 @@ from migronaut_airflow.plugins.api import Kit, wanted_statuses
 from migronaut_airflow.plugins.models import ErrorBody
 from migronaut_airflow.plugins.target import UnknownTargetError
 from migronaut_airflow.targets import DEFAULT_TARGET, migration_of_dag, target_names
-from migronaut_core import CONTROL_ACTIONS, ControlAction
-from migronaut_core.background.control.actions import DESTRUCTIVE, EXPLANATIONS, LABELS
-from migronaut_core.background.states import STATUSES
-from migronaut_core.changelog import MAX_REASON_LENGTH
+from migronaut_core import (
+    BACKGROUND_STATUSES,
+    CONTROL_GUIDES,
+    MAX_REASON_LENGTH,
+    ControlAction,
+)
 from migronaut_core.errors import NotAppliedError
 
 HERE: Final = Path(__file__).resolve().parent
@@ -57,8 +59,8 @@ class Control:
 
 #: The buttons, one per core action, in the core's order, worded by the core.
 CONTROLS: Final = tuple(
-    Control(name, LABELS[name], EXPLANATIONS[name], destructive=name in DESTRUCTIVE)
-    for name in CONTROL_ACTIONS
+    Control(guide.action, guide.label, guide.explanation, destructive=guide.destructive)
+    for guide in CONTROL_GUIDES
 )
 
 router = APIRouter(include_in_schema=False)
@@ -95,7 +97,7 @@ def list_page(
         page="list",
         title="Background migrations",
         user_name=user.get_name(),
-        statuses=STATUSES,
+        statuses=BACKGROUND_STATUSES,
         selected=selected[0] if len(selected) == 1 else "",
         target=target,
         targets=targets,

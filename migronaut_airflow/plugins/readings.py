@@ -41,9 +41,7 @@ from migronaut_airflow.plugins.throughput import (
     recent_rate,
 )
 from migronaut_airflow.targets import DEFAULT_TARGET, dag_id_for
-from migronaut_core import BackgroundStatusView, Migronaut, PartitionView
-from migronaut_core.background.views import LanePacing
-from migronaut_core.bson_values import iso_time
+from migronaut_core import BackgroundStatusView, LanePacing, Migronaut, PartitionView, iso_time
 from migronaut_core.errors import NotAppliedError
 
 #: Failure reasons a detail lists (newest).

@@ -1,7 +1,7 @@
 """Wait for the lanes of one background migration pass (the ``wait_for_lanes`` task).
 
 :class:`BackgroundLanesSensor` succeeds, returning (and pushing as XCom) one of
-:data:`~migronaut_core.background.lanes.waiting.REASONS`, when the pass drained, the
+:data:`~migronaut_core.LANE_WAIT_REASONS`, when the pass drained, the
 migration left ``running``, it was re-planned, or no lease stayed live for the grace
 period. Deferrable by default: it then waits in the triggerer
 (:class:`~migronaut_airflow.triggers.lanes.BackgroundLanesTrigger`) and frees its
@@ -22,9 +22,13 @@ from airflow.sdk.exceptions import AirflowException
 
 from migronaut_airflow.hooks.migronaut import MigronautHook, mongo_conn_id_from
 from migronaut_airflow.triggers.lanes import BackgroundLanesTrigger
-from migronaut_core.background.lanes.waiting import REASONS, LanesWatch
-from migronaut_core.background.store.lanes import read_lanes
-from migronaut_core.config import DEFAULT_BACKGROUND_COLLECTION, BackgroundCollections
+from migronaut_core import (
+    DEFAULT_BACKGROUND_COLLECTION,
+    LANE_WAIT_REASONS,
+    BackgroundCollections,
+    LanesWatch,
+    read_lanes,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -151,7 +155,7 @@ class BackgroundLanesSensor(BaseSensorOperator):
                 f"Waiting for the lanes of {self.migration} got an event of unknown status"
             )
         reason = event.get("reason")
-        if reason not in REASONS:
+        if reason not in LANE_WAIT_REASONS:
             raise LanesWaitError(
                 f"Waiting for the lanes of {self.migration} got an event of unknown reason"
             )

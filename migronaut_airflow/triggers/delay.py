@@ -13,22 +13,22 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from migronaut_airflow.triggers.rebuild import RebuiltFromFields
 
-class DelayTrigger(BaseTrigger):
+
+class DelayTrigger(RebuiltFromFields, BaseTrigger):
     """Fire once after ``seconds`` with ``{"status": "success", **payload}``.
 
     :param seconds: how long to wait (at least 0).
     :param payload: JSON-safe values handed back to the operator.
     """
 
+    rebuild_fields = ("seconds", "payload")
+
     def __init__(self, *, seconds: float, payload: dict[str, Any] | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # Airflow leaves it unannotated
         self.seconds = max(0.0, float(seconds))
         self.payload = dict(payload or {})
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        classpath = f"{self.__class__.__module__}.{self.__class__.__qualname__}"
-        return classpath, {"seconds": self.seconds, "payload": self.payload}
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         await asyncio.sleep(self.seconds)

@@ -20,8 +20,12 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from migronaut_airflow.hooks.migronaut import MigronautHook
 from migronaut_airflow.triggers.events import MongoEventTrigger
-from migronaut_core import drift_event_settings, next_drift_signal
-from migronaut_core.config import DEFAULT_BACKGROUND_COLLECTION, BackgroundCollections
+from migronaut_core import (
+    DEFAULT_BACKGROUND_COLLECTION,
+    BackgroundCollections,
+    drift_event_settings,
+    next_drift_signal,
+)
 
 
 class CollectionDriftTrigger(MongoEventTrigger):
@@ -38,6 +42,15 @@ class CollectionDriftTrigger(MongoEventTrigger):
     """
 
     appname = "migronaut-airflow-drift-trigger"
+
+    rebuild_fields = (
+        "mongo_conn_id",
+        "database",
+        "collection",
+        "collection_prefix",
+        "refire_after_seconds",
+        "refresh_seconds",
+    )
 
     def __init__(
         self,
@@ -58,20 +71,6 @@ class CollectionDriftTrigger(MongoEventTrigger):
         self.collection = collection
         self.refire_after_seconds = refire_after_seconds
         self.refresh_seconds = refresh_seconds
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        """Return the classpath and the keyword arguments that rebuild this trigger."""
-        return (
-            f"{self.__class__.__module__}.{self.__class__.__qualname__}",
-            {
-                "mongo_conn_id": self.mongo_conn_id,
-                "database": self.database,
-                "collection": self.collection,
-                "collection_prefix": self.collection_prefix,
-                "refire_after_seconds": self.refire_after_seconds,
-                "refresh_seconds": self.refresh_seconds,
-            },
-        )
 
     async def wait_for_signal(
         self, db: AsyncDatabase[dict[str, Any]], names: BackgroundCollections

@@ -23,7 +23,8 @@ from pymongo import AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
 
 from migronaut_airflow.triggers.lanes import error_message, mongo_client_options
-from migronaut_core.config import BackgroundCollections
+from migronaut_airflow.triggers.rebuild import RebuiltFromFields
+from migronaut_core import BackgroundCollections
 
 #: A failing wait (MongoDB down, a bad stored spec) tries again after this long, doubling.
 FIRST_BACKOFF_SECONDS = 1.0
@@ -31,7 +32,7 @@ FIRST_BACKOFF_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 60.0
 
 
-class MongoEventTrigger(BaseEventTrigger):
+class MongoEventTrigger(RebuiltFromFields, BaseEventTrigger):
     """Yield one event when the core's wait (:meth:`wait_for_signal`) returns a payload.
 
     :param mongo_conn_id: Airflow connection of type ``mongo`` (read through ``MongoHook``).

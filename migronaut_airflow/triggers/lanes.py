@@ -2,7 +2,7 @@
 
 :class:`BackgroundLanesTrigger` polls MongoDB with an ``AsyncMongoClient`` and fires
 exactly one event when waiting is over, for one of the reasons of
-:data:`~migronaut_core.background.lanes.waiting.REASONS` (the core judges: this
+:data:`~migronaut_core.LANE_WAIT_REASONS` (the core judges: this
 trigger only reads snapshots through
 :func:`~migronaut_core.background.store.lanes.read_lanes_async` and reports).
 
@@ -24,10 +24,14 @@ from asgiref.sync import sync_to_async
 from pymongo import AsyncMongoClient
 
 from migronaut_airflow.hooks.migronaut import MigronautHook, mongo_conn_id_from
-from migronaut_core.background.lanes.waiting import LanesWatch
-from migronaut_core.background.store.lanes import read_lanes_async
-from migronaut_core.config import DEFAULT_BACKGROUND_COLLECTION, BackgroundCollections
-from migronaut_core.scrub import redact_uri
+from migronaut_airflow.triggers.rebuild import RebuiltFromFields
+from migronaut_core import (
+    DEFAULT_BACKGROUND_COLLECTION,
+    BackgroundCollections,
+    LanesWatch,
+    read_lanes_async,
+    redact_uri,
+)
 
 #: Longest exception text an error event carries.
 MAX_MESSAGE_CHARS = 300
@@ -49,7 +53,7 @@ def mongo_client_options(hook: MongoHook) -> dict[str, Any]:
     return options
 
 
-class BackgroundLanesTrigger(BaseTrigger):
+class BackgroundLanesTrigger(RebuiltFromFields, BaseTrigger):
     """Fire once when the lanes of one pass of a background migration have stopped.
 
     Reads only; never changes the state or the partitions, so cancelling it (a
@@ -67,6 +71,17 @@ class BackgroundLanesTrigger(BaseTrigger):
     :param conn_id: deprecated name of ``mongo_conn_id`` (triggers serialized before
         the rename carry it).
     """
+
+    rebuild_fields = (
+        "mongo_conn_id",
+        "database",
+        "migration",
+        "generation",
+        "plan",
+        "collection_prefix",
+        "poll_interval",
+        "no_lease_grace_seconds",
+    )
 
     def __init__(
         self,
@@ -96,22 +111,6 @@ class BackgroundLanesTrigger(BaseTrigger):
         self.collection_prefix = collection_prefix
         self.poll_interval = poll_interval
         self.no_lease_grace_seconds = no_lease_grace_seconds
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        """Return the classpath and the keyword arguments that rebuild this trigger."""
-        return (
-            f"{self.__class__.__module__}.{self.__class__.__qualname__}",
-            {
-                "mongo_conn_id": self.mongo_conn_id,
-                "database": self.database,
-                "migration": self.migration,
-                "generation": self.generation,
-                "plan": self.plan,
-                "collection_prefix": self.collection_prefix,
-                "poll_interval": self.poll_interval,
-                "no_lease_grace_seconds": self.no_lease_grace_seconds,
-            },
-        )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Poll until waiting is over, yield one event, then return."""

@@ -20,8 +20,13 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from migronaut_airflow.hooks.migronaut import MigronautHook
 from migronaut_airflow.triggers.events import MongoEventTrigger
-from migronaut_core import STALL_SECONDS, next_stall_signal, stall_watch_settings
-from migronaut_core.config import DEFAULT_BACKGROUND_COLLECTION, BackgroundCollections
+from migronaut_core import (
+    DEFAULT_BACKGROUND_COLLECTION,
+    STALL_SECONDS,
+    BackgroundCollections,
+    next_stall_signal,
+    stall_watch_settings,
+)
 
 
 class StalledMigrationTrigger(MongoEventTrigger):
@@ -38,6 +43,14 @@ class StalledMigrationTrigger(MongoEventTrigger):
 
     appname = "migronaut-airflow-stall-trigger"
 
+    rebuild_fields = (
+        "mongo_conn_id",
+        "database",
+        "collection_prefix",
+        "stall_seconds",
+        "poll_seconds",
+    )
+
     def __init__(
         self,
         *,
@@ -53,19 +66,6 @@ class StalledMigrationTrigger(MongoEventTrigger):
         self.settings = stall_watch_settings(stall_seconds=stall_seconds, poll_seconds=poll_seconds)
         self.stall_seconds = stall_seconds
         self.poll_seconds = poll_seconds
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        """Return the classpath and the keyword arguments that rebuild this trigger."""
-        return (
-            f"{self.__class__.__module__}.{self.__class__.__qualname__}",
-            {
-                "mongo_conn_id": self.mongo_conn_id,
-                "database": self.database,
-                "collection_prefix": self.collection_prefix,
-                "stall_seconds": self.stall_seconds,
-                "poll_seconds": self.poll_seconds,
-            },
-        )
 
     async def wait_for_signal(
         self, db: AsyncDatabase[dict[str, Any]], names: BackgroundCollections

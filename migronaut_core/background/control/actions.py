@@ -99,6 +99,30 @@ STOPPING: Final[frozenset[ControlAction]] = frozenset({"pause", "cancel"})
 #: Actions that may pin the file on disk first (``repin``).
 RETRYING: Final[frozenset[ControlAction]] = frozenset({"retry", "retry_from_start"})
 
+
+@dataclass(frozen=True)
+class ControlGuide:
+    """One action as a front end offers it: its words and whether to confirm first."""
+
+    action: ControlAction
+    label: str
+    summary: str
+    explanation: str
+    destructive: bool
+
+
+#: Every action's guide, in the order they are offered (the UI's buttons).
+CONTROL_GUIDES: Final[tuple[ControlGuide, ...]] = tuple(
+    ControlGuide(
+        action,
+        LABELS[action],
+        SUMMARIES[action],
+        EXPLANATIONS[action],
+        destructive=action in DESTRUCTIVE,
+    )
+    for action in CONTROL_ACTIONS
+)
+
 #: The status moves of the state machine (see :func:`control`).
 Move = Literal["pause", "resume", "cancel", "retry"]
 
