@@ -10,6 +10,7 @@ carry the migration and the collection.
 
 from __future__ import annotations
 
+import inspect
 import socket
 import threading
 from collections.abc import Iterator
@@ -80,6 +81,13 @@ class StatsdListener:
         return parsed
 
 
+def _stats_factory() -> Any:
+    """Airflow's configured metrics factory (3.2 asks for the ``Stats`` class, 3.3 for nothing)."""
+    if inspect.signature(stats_utils.get_stats_factory).parameters:
+        return stats_utils.get_stats_factory(Stats)
+    return stats_utils.get_stats_factory()
+
+
 @contextmanager
 def airflow_statsd(port: int) -> Iterator[None]:
     """Airflow configured to send its metrics to ``port``; its backend reset afterwards."""
@@ -89,7 +97,7 @@ def airflow_statsd(port: int) -> Iterator[None]:
         patch.setenv("AIRFLOW__METRICS__STATSD_PORT", str(port))
         patch.setenv("AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED", "True")
         Stats.initialize(
-            factory=stats_utils.get_stats_factory(),
+            factory=_stats_factory(),
             export_legacy_names=conf.getboolean("metrics", "legacy_names_on"),
         )
         try:
