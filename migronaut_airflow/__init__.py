@@ -35,6 +35,7 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": [
                     "migronaut_airflow.operators.background",
                     "migronaut_airflow.operators.drift",
+                    "migronaut_airflow.operators.runs",
                 ],
             }
         ],

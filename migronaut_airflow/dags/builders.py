@@ -26,6 +26,7 @@ from migronaut_airflow.operators.background import (
     VerifyDriftOperator,
 )
 from migronaut_airflow.operators.drift import VerifyDriftEventsOperator
+from migronaut_airflow.operators.runs import DAG_IDS_KEY, OPERATIONS, AdminOperationOperator
 from migronaut_airflow.sensors.lanes import BackgroundLanesSensor
 from migronaut_airflow.targets import DEFAULT_TARGET, TargetSettings
 from migronaut_core import CONTROL_ACTIONS, MigrationCatalog
@@ -86,15 +87,21 @@ def target_dag(
 
 
 def trigger_dags(
-    task_id: str, upstream: BaseOperator, reason: str, options: DagOptions
+    task_id: str,
+    upstream: BaseOperator,
+    reason: str,
+    options: DagOptions,
+    *,
+    key: str = "return_value",
 ) -> MappedOperator:
-    """Start the DAGs an upstream task returned (none: the mapped task is skipped)."""
+    """Start the DAGs an upstream task returned, or pushed under ``key`` (none: the
+    mapped task is skipped)."""
     return TriggerDagRunOperator.partial(
         task_id=task_id,
         conf={"reason": reason},
         skip_when_already_exists=True,
         **options.for_tasks("admin"),
-    ).expand(trigger_dag_id=upstream.output)
+    ).expand(trigger_dag_id=XComArg(upstream, key=key))
 
 
 def background_dag(
@@ -320,6 +327,60 @@ def up_dag(settings: TargetSettings, options: DagOptions, catalog: MigrationCata
     ) as dag:
         up = MigrationsUpOperator(task_id="up", reason="{{ params.reason }}", **admin)
         trigger_dags("start_migrations", up, "up", options)
+    return dag
+
+
+def admin_dag(settings: TargetSettings, options: DagOptions) -> DAG:
+    """``migronaut_admin``: a trigger form for every operation of the ``migronaut`` CLI.
+
+    ``up`` (``to``, ``only``), ``down`` (``to``), either with ``plan`` (what it would
+    do, changing nothing), ``baseline`` (``to``), ``converge`` (``prune``), a
+    ``dry_run`` of a background migration and ``audit``; the result is the task's
+    XCom and log. After an ``up`` or a ``down`` the DAGs of background migrations
+    with work are started, as ``migronaut_up`` does. A run acts only for a
+    triggering user who may edit this DAG (a dry run: the migration's DAG), under
+    the target's ``authorize_runs``.
+    """
+    admin = {**options.for_tasks("admin"), **settings.operator_args()}
+    optional_name = ["null", "string"]
+    optional_count = ["null", "integer"]
+    with target_dag(
+        settings,
+        options,
+        "admin",
+        max_active_runs=None,
+        doc_md=(
+            f"Run one `migronaut` operation on target `{settings.name}`: up, down "
+            "(with `plan`: what it would do), baseline, converge, a dry run, audit. "
+            "The triggering user is recorded with the reason."
+        ),
+        params={
+            "operation": Param("audit", type="string", enum=list(OPERATIONS)),
+            "plan": Param(
+                False, type="boolean", description="up or down: show what it would do only"
+            ),
+            "to": Param(
+                None,
+                type=optional_name,
+                description="up/down/baseline: up to (down: back to) this migration",
+            ),
+            "only": Param(None, type=optional_name, description="up: only this migration"),
+            "prune": Param(
+                False, type="boolean", description="converge: drop undeclared version indexes"
+            ),
+            "migration": Param(
+                None, type=optional_name, description="dry_run: the background migration"
+            ),
+            "sample": Param(None, type=optional_count, minimum=1, description="dry_run"),
+            "first": Param(None, type=optional_count, minimum=1, description="dry_run"),
+            "validate": Param(False, type="boolean", description="dry_run: check the writes"),
+            "steps": Param(None, type=optional_count, minimum=1, description="dry_run"),
+            "from_start": Param(False, type="boolean", description="dry_run: step migrations"),
+            "reason": Param("", type="string", description="why (recorded)"),
+        },
+    ) as dag:
+        run = AdminOperationOperator(task_id="run", authorize_runs=settings.authorize_runs, **admin)
+        trigger_dags("start_migrations", run, "admin", options, key=DAG_IDS_KEY)
     return dag
 
 

@@ -27,6 +27,7 @@ from migronaut_airflow.dags.assets import (
     state_asset,
 )
 from migronaut_airflow.dags.builders import (
+    admin_dag,
     background_dag,
     control_dag,
     drift_dag,
@@ -171,6 +172,7 @@ def dags_for(
         drift_dag(settings, options, on_drift=drift_events.on_drift if drift_events else None),
         control_dag(settings, options),
         up_dag(settings, options, catalog),
+        admin_dag(settings, options),
         *(
             background_dag(
                 entry.name,

@@ -30,6 +30,7 @@ from migronaut_core import (
     Driver,
     Migronaut,
     MigronautError,
+    RunResult,
     check_control,
 )
 
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
 
 #: The prefix of the default target's per-migration DAG ids.
 DAG_PREFIX = dag_id_for("")
+#: How long an ``up`` or ``down`` run waits for the run lock another run holds.
+RUN_LOCK_WAIT_SECONDS = 60
 
 
 class MigronautOperator(BaseOperator):
@@ -85,6 +88,10 @@ class MigronautOperator(BaseOperator):
     def dag_id_for(self, migration: str) -> str:
         """The id of ``migration``'s DAG in this task's target."""
         return dag_id_for(migration, self.target)
+
+    def runnable_dag_ids(self) -> list[str]:
+        """The DAG ids of the background migrations with work to do, oldest first."""
+        return [self.dag_id_for(row["migration"]) for row in self.kit.runnable_background()]
 
     def coordinate(self, migration: str, context: Context, round_: int | None) -> Answer:
         """One coordinator step for this DAG run's round; errors as :func:`fail_fast` says."""
@@ -407,7 +414,9 @@ class MigrationsUpOperator(MigronautOperator):
     """Apply regular migrations and register background ones; name the DAGs to start.
 
     Returns the DAG ids to start (one per background migration with work) and
-    pushes the run's result as ``result``.
+    pushes the run's result as ``result``. The admin DAG's ``up`` (with ``to``,
+    ``only`` and a permission check) is
+    :class:`~migronaut_airflow.operators.runs.MigrateUpOperator`.
     """
 
     template_fields: Sequence[str] = ("reason", "requested_by")
@@ -422,17 +431,33 @@ class MigrationsUpOperator(MigronautOperator):
     def execute(self, context: Context) -> list[str]:
         who = requester(self.requested_by, context)
         try:
-            result = self.kit.up(
-                requested_by=who,
-                reason=self.reason or None,
-                on_background_pending="stop",
-                wait_for_lock_seconds=60,
-            )
-            runnable = self.kit.runnable_background()
+            result = migrate_up(self.kit, requested_by=who, reason=self.reason or None)
+            dag_ids = self.runnable_dag_ids()
         except MigronautError as exc:
             raise fail_fast(exc) from exc
         context["ti"].xcom_push(key="result", value=result.to_dict())
-        return [self.dag_id_for(row["migration"]) for row in runnable]
+        return dag_ids
+
+
+def migrate_up(
+    kit: Migronaut,
+    *,
+    to: str | None = None,
+    only: str | None = None,
+    requested_by: str | None = None,
+    reason: str | None = None,
+) -> RunResult:
+    """``up`` as Airflow runs it: it stops before a migration that waits for background
+    ones (their DAGs run first; a later ``up`` goes on) and waits for a held run lock.
+    """
+    return kit.up(
+        to=to,
+        only=only,
+        requested_by=requested_by,
+        reason=reason,
+        on_background_pending="stop",
+        wait_for_lock_seconds=RUN_LOCK_WAIT_SECONDS,
+    )
 
 
 class VerifyDriftOperator(MigronautOperator):
