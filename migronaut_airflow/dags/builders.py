@@ -26,7 +26,7 @@ from migronaut_airflow.operators.background import (
     VerifyDriftOperator,
 )
 from migronaut_airflow.operators.drift import VerifyDriftEventsOperator
-from migronaut_airflow.operators.runs import DAG_IDS_KEY, OPERATIONS, AdminOperationOperator
+from migronaut_airflow.operators.runs import OPERATIONS, AdminOperationOperator
 from migronaut_airflow.sensors.lanes import BackgroundLanesSensor
 from migronaut_airflow.targets import DEFAULT_TARGET, TargetSettings
 from migronaut_core import CONTROL_ACTIONS, MigrationCatalog
@@ -87,21 +87,15 @@ def target_dag(
 
 
 def trigger_dags(
-    task_id: str,
-    upstream: BaseOperator,
-    reason: str,
-    options: DagOptions,
-    *,
-    key: str = "return_value",
+    task_id: str, upstream: BaseOperator, reason: str, options: DagOptions
 ) -> MappedOperator:
-    """Start the DAGs an upstream task returned, or pushed under ``key`` (none: the
-    mapped task is skipped)."""
+    """Start the DAGs an upstream task returned (none: the mapped task is skipped)."""
     return TriggerDagRunOperator.partial(
         task_id=task_id,
         conf={"reason": reason},
         skip_when_already_exists=True,
         **options.for_tasks("admin"),
-    ).expand(trigger_dag_id=XComArg(upstream, key=key))
+    ).expand(trigger_dag_id=upstream.output)
 
 
 def background_dag(
@@ -380,7 +374,7 @@ def admin_dag(settings: TargetSettings, options: DagOptions) -> DAG:
         },
     ) as dag:
         run = AdminOperationOperator(task_id="run", authorize_runs=settings.authorize_runs, **admin)
-        trigger_dags("start_migrations", run, "admin", options, key=DAG_IDS_KEY)
+        trigger_dags("start_migrations", run, "admin", options)
     return dag
 
 

@@ -49,8 +49,8 @@ OPERATIONS: Final[tuple[Operation, ...]] = get_args(Operation)
 Direction = Literal["up", "down"]
 #: What may be planned (``plan``): a run of ``up`` or ``down``.
 PLANNED: Final[tuple[Direction, ...]] = get_args(Direction)
-#: The XCom key of the DAG ids to start after the operation (empty but for up and down).
-DAG_IDS_KEY: Final = "dag_ids"
+#: The XCom key of an operation's result (its return value is the DAG ids to start).
+RESULT_KEY: Final = "result"
 #: The failure of an audit with a finding of severity ``error`` (the CLI exits 20).
 AUDIT_ERRORS: Final = "AUDIT_ERRORS"
 
@@ -85,10 +85,11 @@ class Outcome:
 class RunOperationOperator(MigronautOperator):
     """Run one of the runner's operations on the target, as the ``migronaut`` CLI does.
 
-    Returns the operation's result (a JSON document: ``{"operation": …, …}``, what
-    ``migronaut … --json`` prints, value-free) and logs it; pushes the DAG ids of
-    the background migrations with work under ``dag_ids`` after an ``up`` or a
-    ``down`` (the admin DAG starts them), an empty list otherwise.
+    Pushes the operation's result as ``result`` (a JSON document: ``{"operation":
+    …, …}`` and what ``migronaut … --json`` prints, value-free) and logs it, as
+    :class:`~.background.MigrationsUpOperator` and the control operator do; returns
+    the DAG ids to start: after an ``up`` or a ``down``, those of the background
+    migrations with work (the admin DAG starts them), else none.
 
     A ``plan`` the run would be refused fails the task with the refusal's code,
     and an ``audit`` with a finding of severity ``error`` fails it with
@@ -158,7 +159,7 @@ class RunOperationOperator(MigronautOperator):
         self.requested_by = requested_by
         self.authorize_runs = check_policy(authorize_runs)
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context) -> list[str]:
         ti = context["ti"]
         try:
             operation = check_operation(self.operation)
@@ -177,14 +178,13 @@ class RunOperationOperator(MigronautOperator):
             dag_ids = self.runnable_dag_ids() if outcome.start else []
         except MigronautError as exc:
             raise fail_fast(exc) from exc
-        ti.xcom_push(key=DAG_IDS_KEY, value=dag_ids)
+        ti.xcom_push(key=RESULT_KEY, value=outcome.result)
         self.log.info("%s\n%s", outcome.summary, json.dumps(outcome.result, indent=2, default=str))
         if dag_ids:
             self.log.info("background migrations with work: %s", ", ".join(dag_ids))
         if outcome.failure is not None:
-            ti.xcom_push(key="return_value", value=outcome.result)
             raise AirflowFailException(outcome.failure)
-        return outcome.result
+        return dag_ids
 
     def _title(self, operation: Operation) -> str:
         what = f"{operation} --plan" if self.plan else operation
@@ -336,7 +336,7 @@ class AdminOperationOperator(RunOperationOperator):
         kwargs.setdefault("operation", "audit")
         super().__init__(**kwargs)
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context) -> list[str]:
         params: Mapping[str, Any] = context.get("params") or {}
         for name in self.FROM_PARAMS:
             if name in params:
@@ -348,8 +348,8 @@ class MigrateUpOperator(RunOperationOperator):
     """``migronaut up``: apply pending migrations (all, up to ``to``, or ``only`` one).
 
     Stops before a migration that waits for background migrations, as
-    ``migronaut_up`` does; pushes the DAG ids of background migrations with work
-    under ``dag_ids``. See :class:`RunOperationOperator`.
+    ``migronaut_up`` does; returns the DAG ids of background migrations with work.
+    See :class:`RunOperationOperator`.
     """
 
     def __init__(self, *, to: str | None = None, only: str | None = None, **kwargs: Any) -> None:
@@ -359,8 +359,8 @@ class MigrateUpOperator(RunOperationOperator):
 class MigrateDownOperator(RunOperationOperator):
     """``migronaut down``: revert the last migration, or every one applied after ``to``.
 
-    A background migration's way back is registered: its DAG is named under
-    ``dag_ids``. See :class:`RunOperationOperator`.
+    A background migration's way back is registered: its DAG is among the ids
+    returned. See :class:`RunOperationOperator`.
     """
 
     def __init__(self, *, to: str | None = None, **kwargs: Any) -> None:
@@ -370,7 +370,7 @@ class MigrateDownOperator(RunOperationOperator):
 class PlanOperator(RunOperationOperator):
     """``migronaut up --plan`` / ``down --plan``: what the run would do; changes nothing.
 
-    Returns the plan (``direction``, ``migrations``, ``refused``); fails with the
+    Pushes the plan as ``result`` (``direction``, ``migrations``, ``refused``); fails with the
     refusal's code when the run would be refused.
 
     :param direction: ``up`` or ``down``.
@@ -407,7 +407,7 @@ class ConvergeOperator(RunOperationOperator):
 class DryRunOperator(RunOperationOperator):
     """``migronaut background dry-run``: preview a background migration; write nothing.
 
-    Returns the report without the documents' ``_id``s. Needs edit rights on the
+    Pushes the report as ``result``, without the documents' ``_id``s. Needs edit rights on the
     migration's DAG: with ``validate`` or ``steps`` its code runs in an aborted
     transaction.
     """

@@ -1,7 +1,9 @@
-"""Helpers for the Airflow tests: Airflow's log after a failure."""
+"""Helpers for the Airflow tests: Airflow's log after a failure, task logs at INFO."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,3 +26,20 @@ def log_tail_on_failure(
         more = extra() if callable(extra) else extra
         with capsys.disabled():
             print(f"\n{airflow.log_tail(150)}{more}")
+
+
+@contextlib.contextmanager
+def task_logs_at_info() -> Iterator[None]:
+    """Let tasks run by ``dag.test()`` log at INFO (the session's Airflow logs WARNING up).
+
+    A task's ``self.log`` is a structlog logger whose level Airflow fixes when it
+    configures logging; the lines then reach the captured output (``capfd``).
+    """
+    import structlog
+
+    saved = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
+    try:
+        yield
+    finally:
+        structlog.configure(**saved)

@@ -43,3 +43,23 @@ def xcom(dag_run: Any, task_id: str, key: str = "return_value", map_index: int =
                 )
                 return None if row is None else XComModel.deserialize_value(row)
     return None
+
+
+def run_one_task(module: str, class_name: str, **arguments: Any) -> Any:
+    """Run a DAG of one task, ``class_name(task_id="op", **arguments)``, with ``dag.test()``.
+
+    ``dag.test()`` runs only a DAG of a bundle, so the DAG is written as a file in
+    the session's dags folder (its id: ``one_<class_name>``), loaded as the dag
+    processor would, run, and the file removed. ``arguments`` must be literals.
+    """
+    dag_file = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"]) / "migronaut_one_task.py"
+    dag_file.write_text(
+        "from airflow.sdk import DAG\n"
+        f"from {module} import {class_name}\n"
+        f"with DAG(dag_id='one_{class_name}', schedule=None, catchup=False) as dag:\n"
+        f"    {class_name}(task_id='op', **{arguments!r})\n"
+    )
+    try:
+        return runpy.run_path(str(dag_file))["dag"].test()
+    finally:
+        dag_file.unlink(missing_ok=True)
