@@ -154,6 +154,7 @@ def test_build_dags_passes_the_connection_to_every_task(
             "migronaut_drift.heal",
             "migronaut_control.control",
             "migronaut_up.up",
+            "migronaut_admin.run",
             *(f"{background}.{task}" for task in tasks),
         ],
         CONN,

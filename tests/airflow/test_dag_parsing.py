@@ -54,6 +54,7 @@ def test_a_stray_helper_module_is_named_and_every_other_dag_is_built(dags_folder
     assert set(bag.dag_ids) == {
         "migronaut_up",
         "migronaut_control",
+        "migronaut_admin",
         "migronaut_drift",
         "migronaut_drift_events",
         "migronaut_stalls",

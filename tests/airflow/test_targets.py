@@ -132,7 +132,7 @@ def test_two_targets_get_distinct_dag_ids_assets_watchers_and_operator_targets(
     assert target_names() == ["default", "orders"]
 
     dags = build_all_dags()
-    kinds = ["up", "control", "drift", "drift_events", "stalls", f"bg__{SPLIT_NAME}"]
+    kinds = ["up", "control", "admin", "drift", "drift_events", "stalls", f"bg__{SPLIT_NAME}"]
     assert set(dags) == {f"migronaut_{kind}" for kind in kinds} | {
         f"migronaut_orders__{kind}" for kind in kinds
     }
@@ -142,6 +142,10 @@ def test_two_targets_get_distinct_dag_ids_assets_watchers_and_operator_targets(
     assert (up.target, up.mongo_conn_id, up.database) == ("orders", "migronaut_orders", "orders")
     # The DAGs an orders task starts are the orders target's.
     assert up.dag_id_for(SPLIT_NAME) == f"migronaut_orders__bg__{SPLIT_NAME}"
+    # The admin DAG's dry runs ask for the orders target's migration DAG.
+    run = dags["migronaut_orders__admin"].get_task("run")
+    assert run.dag_id_for(SPLIT_NAME) == f"migronaut_orders__bg__{SPLIT_NAME}"
+    assert (run.target, run.database) == ("orders", "orders")
     carry_on = dags[f"migronaut_orders__bg__{SPLIT_NAME}"].get_task("continue")
     assert carry_on.trigger_dag_id == f"migronaut_orders__bg__{SPLIT_NAME}"
     uris = {dag_id: dags[dag_id].timetable.asset_condition for dag_id in dags if "stalls" in dag_id}
