@@ -236,3 +236,17 @@ def test_a_user_who_may_not_edit_the_dag_changes_nothing(
         "FORBIDDEN" in output and "'dag_test' may not edit the DAG one_MigrateUpOperator" in output
     )
     assert set(applied(mongo_uri, db, migrations).values()) == {"pending"}
+
+
+def test_migronaut_ups_operator_applies_all_and_names_the_background_dags(
+    migrations: Path, mongo_uri: str, db: Database[dict[str, Any]]
+) -> None:
+    from migronaut_airflow.operators.background import MigrationsUpOperator
+    from migronaut_airflow.targets import dag_id_for
+
+    seed_users(db, 10)
+    write_background(migrations)
+    run = run_task(MigrationsUpOperator, migrations)
+    assert run.state == "success"
+    assert xcom(run, "op") == [dag_id_for(SPLIT_NAME)]
+    assert set(applied(mongo_uri, db, migrations).values()) == {"applied"}
