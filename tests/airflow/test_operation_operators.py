@@ -250,3 +250,25 @@ def test_migronaut_ups_operator_applies_all_and_names_the_background_dags(
     assert run.state == "success"
     assert xcom(run, "op") == [dag_id_for(SPLIT_NAME)]
     assert set(applied(mongo_uri, db, migrations).values()) == {"applied"}
+
+
+def test_a_plan_the_run_would_refuse_fails_with_the_refusals_code_after_reporting(
+    migrations: Path,
+    mongo_uri: str,
+    db: Database[dict[str, Any]],
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    with make_kit(mongo_uri, db, migrations) as kit:
+        kit.up(only=FIRST)
+    write_migration(migrations, FIRST, "def up(ctx):\n    pass\n")  # changed since applied
+    run = run_task(PlanOperator, migrations)
+    assert run.state == "failed"
+    plan = result(run)
+    assert plan["refused"]["code"] == "CHECKSUM_MISMATCH"
+    assert [item["name"] for item in plan["migrations"]] == [SECOND, THIRD]
+    assert "CHECKSUM_MISMATCH" in "".join(capfd.readouterr())
+    assert applied(mongo_uri, db, migrations) == {
+        FIRST: "applied",
+        SECOND: "pending",
+        THIRD: "pending",
+    }
