@@ -12,14 +12,23 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import tomllib
-from collections.abc import Mapping
+import typing
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from types import UnionType
+from typing import Any, Final, Literal, TypeAlias
 
 from pymongo.uri_parser import parse_uri
 
+from migronaut_core.checks import (
+    check_choice,
+    check_collection_name,
+    check_int,
+    check_number,
+    choices,
+    read_toml,
+)
 from migronaut_core.definitions import check_inline
 from migronaut_core.errors import ConfigInvalidError
 
@@ -45,12 +54,26 @@ _ENV_FLAGS: Mapping[str, bool] = {
     "off": False,
 }
 
-_COLLECTION_KEYS = ("changelog_collection", "lock_collection", "background_collection")
 _DATABASE_NAME = re.compile(r"^[^/\\. \"$*<>:|?\x00]{1,63}$")
 
 
 #: The default ``background_collection``: the prefix of the background engine's collections.
 DEFAULT_BACKGROUND_COLLECTION: Final = "migronaut_background"
+
+#: What ``background_shard_aware`` may be.
+ShardAware: TypeAlias = Literal["auto", "off"]
+#: What ``background_drift`` may be.
+DriftMode: TypeAlias = Literal["poll", "stream", "both"]
+#: What ``background_on_drift`` may be.
+OnDrift: TypeAlias = Literal["reopen", "report"]
+SHARD_AWARE_MODES: Final = choices(ShardAware)
+DRIFT_MODES: Final = choices(DriftMode)
+ON_DRIFT_MODES: Final = choices(OnDrift)
+
+
+def _between(low: float, high: float) -> Mapping[str, Any]:
+    """A field's metadata: the inclusive range its value must lie in."""
+    return {"between": (low, high)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,15 +122,17 @@ class Config:
     changelog_collection: str = "migronaut_changelog"
     lock_collection: str = "migronaut_lock"
     background_collection: str = DEFAULT_BACKGROUND_COLLECTION
-    lock_ttl_seconds: float = 60.0
+    lock_ttl_seconds: float = dataclasses.field(default=60.0, metadata=_between(1, 86_400))
     use_transaction: bool = False
     background_inline: bool = False
-    server_selection_timeout_ms: int = 10_000
+    server_selection_timeout_ms: int = dataclasses.field(
+        default=10_000, metadata=_between(100, 600_000)
+    )
     collections: Mapping[str, Any] | None = dataclasses.field(default=None, hash=False)
     collections_dir: Path | None = None
-    background_shard_aware: str = "auto"
-    background_drift: str = "poll"
-    background_on_drift: str = "reopen"
+    background_shard_aware: ShardAware = "auto"
+    background_drift: DriftMode = "poll"
+    background_on_drift: OnDrift = "reopen"
     ensure_indexes: bool = True
 
     @property
@@ -173,33 +198,43 @@ class BackgroundCollections:
         )
 
 
-_FIELD_TYPES: Mapping[str, tuple[type, ...]] = {
-    "uri": (str,),
-    "database": (str,),
-    "migrations_dir": (str, Path),
-    "changelog_collection": (str,),
-    "lock_collection": (str,),
-    "background_collection": (str,),
-    "lock_ttl_seconds": (int, float),
-    "use_transaction": (bool,),
-    "background_inline": (bool,),
-    "server_selection_timeout_ms": (int,),
-    "collections": (Mapping,),
-    "collections_dir": (str, Path),
-    "background_shard_aware": (str,),
-    "background_drift": (str,),
-    "background_on_drift": (str,),
-    "ensure_indexes": (bool,),
-}
+def _accepts(hint: Any) -> tuple[type, ...]:
+    """The Python types a key accepts, read off its annotation.
 
+    ``None`` is never given (a ``None`` override means "not set"); a path may
+    come as text, a float as an int, a ``Literal`` of strings as text.
+    """
+    if typing.get_origin(hint) in (typing.Union, UnionType):
+        members = [member for member in typing.get_args(hint) if member is not type(None)]
+        return tuple(kind for member in members for kind in _accepts(member))
+    if typing.get_origin(hint) is Literal:
+        return (str,)
+    if hint is Path:
+        return (str, Path)
+    if hint is float:
+        return (int, float)
+    origin = typing.get_origin(hint)
+    return (origin if origin is not None else hint,)
+
+
+_HINTS: Final = typing.get_type_hints(Config)
+_FIELDS: Final = dataclasses.fields(Config)
+#: What each key accepts, derived from :class:`Config`.
+_FIELD_TYPES: Final[Mapping[str, tuple[type, ...]]] = {
+    field.name: _accepts(_HINTS[field.name]) for field in _FIELDS
+}
 #: Keys holding a path, resolved against the directory of the source that set them.
-_PATH_KEYS = ("migrations_dir", "collections_dir")
-#: What ``background_shard_aware`` may be.
-SHARD_AWARE_MODES = ("auto", "off")
-#: What ``background_drift`` may be.
-DRIFT_MODES = ("poll", "stream", "both")
-#: What ``background_on_drift`` may be.
-ON_DRIFT_MODES = ("reopen", "report")
+_PATH_KEYS: Final = tuple(key for key, accepted in _FIELD_TYPES.items() if Path in accepted)
+#: Keys whose values are one of a ``Literal``'s, and those options.
+_CHOICES: Final[Mapping[str, tuple[str, ...]]] = {
+    field.name: choices(_HINTS[field.name])
+    for field in _FIELDS
+    if typing.get_origin(_HINTS[field.name]) is Literal
+}
+#: Numeric keys and their inclusive ranges.
+_RANGES: Final[Mapping[str, tuple[float, float]]] = {
+    field.name: field.metadata["between"] for field in _FIELDS if "between" in field.metadata
+}
 
 
 def load_config(
@@ -260,13 +295,13 @@ def _file_settings(
             raise ConfigInvalidError(
                 f"config file {path} does not exist", {"key": "config_file", "path": str(path)}
             )
-        return str(path), _read_toml(path), path.parent.resolve()
+        return str(path), read_toml(path, key="config_file"), path.parent.resolve()
     own = base / CONFIG_FILE
     if own.is_file():
-        return str(own), _read_toml(own), base.resolve()
+        return str(own), read_toml(own, key="config_file"), base.resolve()
     pyproject = base / PYPROJECT_FILE
     if pyproject.is_file():
-        table = _read_toml(pyproject).get("tool", {}).get("migronaut")
+        table = read_toml(pyproject, key="config_file").get("tool", {}).get("migronaut")
         if table is not None:
             if not isinstance(table, dict):
                 raise ConfigInvalidError(
@@ -274,16 +309,6 @@ def _file_settings(
                 )
             return f"{pyproject} [tool.migronaut]", table, base.resolve()
     return None
-
-
-def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigInvalidError(
-            f"{path} is not valid TOML: {exc}", {"key": "config_file", "path": str(path)}
-        ) from exc
 
 
 def config_from_text(values: Mapping[str, str], source: str) -> dict[str, Any]:
@@ -368,49 +393,34 @@ def _check_values(config: Config) -> None:
         raise ConfigInvalidError(
             "database is not a valid MongoDB database name", {"key": "database"}
         )
-    for key in _COLLECTION_KEYS:
-        _check_collection_name(key, getattr(config, key))
+    for key, name, label in _collection_names(config):
+        check_collection_name(key, name, database=config.database, label=label)
     names = config.bookkeeping_collections
     if len(set(names)) != len(names):
         raise ConfigInvalidError(
             "changelog_collection, lock_collection and background_collection must not overlap",
             {"key": "changelog_collection"},
         )
-    if not 1 <= config.lock_ttl_seconds <= 86_400:
-        raise ConfigInvalidError(
-            "lock_ttl_seconds must be between 1 and 86400", {"key": "lock_ttl_seconds"}
-        )
-    if not 100 <= config.server_selection_timeout_ms <= 600_000:
-        raise ConfigInvalidError(
-            "server_selection_timeout_ms must be between 100 and 600000",
-            {"key": "server_selection_timeout_ms"},
-        )
-    if config.background_shard_aware not in SHARD_AWARE_MODES:
-        raise ConfigInvalidError(
-            "background_shard_aware must be 'auto' or 'off'", {"key": "background_shard_aware"}
-        )
-    if config.background_drift not in DRIFT_MODES:
-        raise ConfigInvalidError(
-            "background_drift must be 'poll', 'stream' or 'both'", {"key": "background_drift"}
-        )
-    if config.background_on_drift not in ON_DRIFT_MODES:
-        raise ConfigInvalidError(
-            "background_on_drift must be 'reopen' or 'report'", {"key": "background_on_drift"}
-        )
+    for key, (low, high) in _RANGES.items():
+        if _FIELD_TYPES[key] == (int,):
+            check_int(key, getattr(config, key), int(low), int(high))
+        else:
+            check_number(key, getattr(config, key), low, high)
+    for key, options in _CHOICES.items():
+        check_choice(key, getattr(config, key), options)
     if config.collections is not None:
         check_inline(config.collections, reserved=config.bookkeeping_collections)
 
 
-def _check_collection_name(key: str, name: str) -> None:
-    if (
-        not name
-        or len(name) > 100
-        or "$" in name
-        or "\x00" in name
-        or name.startswith(("system.", "."))
-        or name.endswith(".")
-    ):
-        raise ConfigInvalidError(f"{key} is not a valid collection name", {"key": key})
+def _collection_names(config: Config) -> Iterator[tuple[str, str, str | None]]:
+    """Every collection name the config makes: the key that makes it, and how to name it."""
+    yield "changelog_collection", config.changelog_collection, None
+    yield "lock_collection", config.lock_collection, None
+    prefix = config.background_collection
+    for name in dataclasses.astuple(config.background_collections):
+        suffix = name[len(prefix) :]
+        label = f"background_collection (with {suffix!r} appended)" if suffix else None
+        yield "background_collection", name, label
 
 
 def replace(config: Config, **changes: Any) -> Config:

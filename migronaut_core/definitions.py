@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-import tomllib
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from migronaut_core.checks import collection_name_problem, field_name_problem, read_toml
 from migronaut_core.errors import ConfigInvalidError
 
 __all__ = [
@@ -53,7 +53,6 @@ DEFAULT_VERSION_FIELD: Final = "_v"
 
 _DEFINITION_KEYS: Final = ("name", "versioning")
 _VERSIONING_KEYS: Final = ("field", "revision_field")
-_MAX_NAME_BYTES: Final = 255
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,32 +90,17 @@ def _invalid(source: str, problem: str, key: str) -> ConfigInvalidError:
 
 
 def _check_collection_name(name: Any, source: str) -> str:
-    if (
-        not isinstance(name, str)
-        or not name
-        or "$" in name
-        or "\x00" in name
-        or name.startswith((".", "system."))
-        or name.endswith(".")
-        or len(name.encode("utf-8", "surrogatepass")) > _MAX_NAME_BYTES
-    ):
-        raise _invalid(source, "the collection name is not valid", "name")
-    return name
+    problem = collection_name_problem(name)
+    if problem is not None:
+        raise _invalid(source, f"the collection name {problem}", "name")
+    return str(name)
 
 
 def _check_field(value: Any, source: str, key: str) -> str:
-    if (
-        not isinstance(value, str)
-        or not value
-        or value.startswith("$")
-        or "." in value
-        or "\x00" in value
-        or value == "_id"
-    ):
-        raise _invalid(
-            source, f"versioning.{key} must be a top-level field name other than _id", key
-        )
-    return value
+    problem = field_name_problem(value)
+    if problem is not None:
+        raise _invalid(source, f"versioning.{key} {problem}", key)
+    return str(value)
 
 
 def _versioning(value: Any, source: str) -> Versioning | None:
@@ -184,14 +168,6 @@ def check_inline(collections: Any, *, reserved: Collection[str] = ()) -> list[Co
     return definitions
 
 
-def _read_toml(path: Path) -> Mapping[str, Any]:
-    try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except tomllib.TOMLDecodeError as exc:
-        raise _invalid(str(path), f"not valid TOML ({exc})", "collections_dir") from exc
-
-
 def _read_module(path: Path) -> Mapping[str, Any]:
     module_name = f"migronaut_definitions.d_{abs(hash(str(path)))}"
     spec = importlib.util.spec_from_file_location(module_name, path)
@@ -217,10 +193,11 @@ def _directory(directory: Path, reserved: Collection[str]) -> list[CollectionDef
         )
     definitions = []
     for path in sorted(directory.iterdir()):
+        body: Mapping[str, Any]
         if path.name.startswith(("_", ".")) or not path.is_file():
             continue
         if path.suffix == ".toml":
-            body = _read_toml(path)
+            body = read_toml(path, key="collections_dir")
         elif path.suffix == ".py":
             body = _read_module(path)
         else:

@@ -30,6 +30,7 @@ from bson.decimal128 import Decimal128
 from bson.int64 import Int64
 
 from migronaut_core.bson_values import bson_equal, clone_document, clone_value, to_decimal
+from migronaut_core.checks import check_field_name, check_int
 from migronaut_core.errors import BackgroundFailedError, ConfigInvalidError
 
 __all__ = [
@@ -81,20 +82,6 @@ def _count_of(doc: Mapping[str, Any], field: str) -> int | None:
     return 0 if value is None else _as_count(value)
 
 
-def _check_field_name(name: Any, key: str) -> str:
-    if not isinstance(name, str) or not name or name.startswith("$") or "." in name:
-        raise ConfigInvalidError(f"{key} must be a top-level field name", {"key": key})
-    if name == "_id":
-        raise ConfigInvalidError(f"{key} cannot be _id", {"key": key})
-    return name
-
-
-def _check_count(value: Any, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigInvalidError(f"{key} must be an integer >= 0", {"key": key})
-    return int(value)
-
-
 def _check_names(field: str, revision_field: str | None) -> None:
     with contextlib.suppress(TypeError):  # an unhashable name is checked (and refused) below
         if (field, revision_field) in _VALID_NAMES:
@@ -108,10 +95,10 @@ _VALID_NAMES: set[tuple[str, str | None]] = set()
 
 
 def _check_names_anew(field: str, revision_field: str | None) -> None:
-    _check_field_name(field, "field")
+    check_field_name("field", field)
     if revision_field is None:
         return
-    _check_field_name(revision_field, "revision_field")
+    check_field_name("revision_field", revision_field)
     if revision_field == field:
         raise ConfigInvalidError("field and revision_field must differ", {"key": "revision_field"})
 
@@ -152,8 +139,8 @@ def version_filter(field: str, version: int) -> dict[str, Any]:
     :param version: an integer >= 0.
     :raises ConfigInvalidError: on a bad field name or version.
     """
-    _check_field_name(field, "field")
-    _check_count(version, "version")
+    check_field_name("field", field)
+    check_int("version", version, 0)
     return {field: None if version == 0 else version}
 
 
@@ -341,7 +328,7 @@ def stamped_diff(
     :raises ConfigInvalidError: on a bad field name or target version.
     """
     _check_names(field, revision_field)
-    _check_count(target_version, "target_version")
+    check_int("target_version", target_version, 0)
     if not isinstance(before, Mapping):
         raise ConfigInvalidError("before must be a document (a mapping)")
     if not isinstance(after, Mapping):
@@ -400,7 +387,7 @@ def updated_document(before: Mapping[str, Any], update: Mapping[str, Any]) -> di
         if operator not in _OPERATORS or not isinstance(fields, Mapping):
             raise ConfigInvalidError(f"unsupported update operator {operator!r}")
         for name, value in fields.items():
-            _apply(doc, operator, _check_field_name(name, "update"), value)
+            _apply(doc, operator, check_field_name("update", name), value)
     return doc
 
 
@@ -435,7 +422,7 @@ def stamped_pipeline(
     :raises ConfigInvalidError: on a bad field name or target version.
     """
     _check_names(field, revision_field)
-    _check_count(target_version, "target_version")
+    check_int("target_version", target_version, 0)
     out = [_keeping_revision(clone_document(stage), revision_field) for stage in stages]
     stamp: dict[str, Any] = {}
     if target_version != 0:

@@ -34,8 +34,8 @@ from migronaut_core.background.store.stalls import (
     note_stall_signal_async,
     read_stall_evidence_async,
 )
+from migronaut_core.checks import check_number
 from migronaut_core.config import BackgroundCollections
-from migronaut_core.errors import ConfigInvalidError
 
 __all__ = ["StallSignal", "StallWatchSettings", "next_stall_signal", "stall_watch_settings"]
 
@@ -66,16 +66,11 @@ def stall_watch_settings(
 
     :raises ConfigInvalidError: naming the option.
     """
-    _check_range("stall_seconds", stall_seconds, 1.0, 7 * 86_400.0)
+    check_number("stall_seconds", stall_seconds, 1.0, 7 * 86_400.0)
     if poll_seconds is None:
         poll_seconds = min(30.0, max(1.0, stall_seconds / 10))
-    _check_range("poll_seconds", poll_seconds, 0.05, 3600.0)
+    check_number("poll_seconds", poll_seconds, 0.05, 3600.0)
     return StallWatchSettings(stall_seconds=float(stall_seconds), poll_seconds=float(poll_seconds))
-
-
-def _check_range(key: str, value: Any, low: float, high: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
-        raise ConfigInvalidError(f"{key} must be between {low:g} and {high:g}", {"key": key})
 
 
 @dataclass(frozen=True, slots=True)

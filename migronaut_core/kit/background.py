@@ -42,7 +42,7 @@ from migronaut_core.background.views import (
     registered_names,
 )
 from migronaut_core.changelog import Actor
-from migronaut_core.errors import ConfigInvalidError
+from migronaut_core.checks import check_int, check_number
 from migronaut_core.kit.base import KitBase
 from migronaut_core.runner import with_default_user
 
@@ -87,10 +87,7 @@ class BackgroundOperations(KitBase):
         :raises BackgroundFailedError: it failed.
         :raises RunAbortedError: ``cancel`` fired (it resumes from its checkpoints later).
         """
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise ConfigInvalidError(
-                "concurrency must be a positive integer", {"key": "concurrency"}
-            )
+        check_int("concurrency", concurrency, 1)
         if slice_ms is not None:
             check_slice_ms(slice_ms)
         self._registered(name)
@@ -120,10 +117,7 @@ class BackgroundOperations(KitBase):
 
         :raises ConfigInvalidError: ``stall_seconds`` is below 1.
         """
-        if isinstance(stall_seconds, bool) or not isinstance(stall_seconds, int | float):
-            raise ConfigInvalidError("stall_seconds must be a number", {"key": "stall_seconds"})
-        if stall_seconds < 1:
-            raise ConfigInvalidError("stall_seconds must be at least 1", {"key": "stall_seconds"})
+        check_number("stall_seconds", stall_seconds, 1)
         store = self.runtime.store
         limit = timedelta(seconds=stall_seconds)
         return [

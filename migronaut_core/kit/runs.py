@@ -22,7 +22,7 @@ from migronaut_core.background.store import ConvergeLog, converge_entry_view
 from migronaut_core.baseline import BaselineResult
 from migronaut_core.baseline import baseline as adopt
 from migronaut_core.changelog import Actor
-from migronaut_core.errors import ConfigInvalidError
+from migronaut_core.checks import check_int
 from migronaut_core.kit.base import KitBase
 from migronaut_core.lock import LockInfo
 from migronaut_core.preview import RunPlan, plan_down, plan_up
@@ -181,8 +181,7 @@ class RunnerOperations(KitBase):
 
         :raises ConfigInvalidError: ``limit`` is not a positive integer.
         """
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ConfigInvalidError("limit must be a positive integer", {"key": "limit"})
+        check_int("limit", limit, 1)
         entries = self._converge_log().read(collection, limit)
         return [converge_entry_view(entry) for entry in entries]
 

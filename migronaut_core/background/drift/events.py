@@ -56,8 +56,8 @@ from migronaut_core.background.store.drift_events import (
     read_drift_position_async,
     save_drift_position_async,
 )
+from migronaut_core.checks import check_number
 from migronaut_core.config import BackgroundCollections
-from migronaut_core.errors import ConfigInvalidError
 from migronaut_core.server_errors import history_lost
 
 __all__ = [
@@ -113,12 +113,7 @@ def drift_event_settings(
         ("checkpoint_seconds", checkpoint_seconds, 0.05, 3600.0),
         ("await_ms", await_ms, 1, 60_000),
     ):
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not low <= value <= high
-        ):
-            raise ConfigInvalidError(f"{key} must be between {low:g} and {high:g}", {"key": key})
+        check_number(key, value, low, high)
     return DriftEventSettings(
         refire_after_seconds=float(refire_after_seconds),
         refresh_seconds=float(refresh_seconds),

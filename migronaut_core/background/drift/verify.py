@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Sequence
-from typing import Any, Literal, cast, get_args
+from typing import Any, cast
 
 from migronaut_core.background.control.actions import control
 from migronaut_core.background.indexes import probe_hint
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.spec import BackgroundSpec, exclude_bad_ids, match_of, read_stored
 from migronaut_core.changelog import Actor
-from migronaut_core.errors import ConfigInvalidError
+from migronaut_core.checks import check_choice
+from migronaut_core.config import ON_DRIFT_MODES, OnDrift
 
 log = logging.getLogger("migronaut_core.background")
 
-OnDrift = Literal["reopen", "report"]
+__all__ = ["OnDrift", "check_on_drift", "probe_query", "verify"]
 
 
 def check_on_drift(value: object) -> OnDrift:
@@ -30,9 +31,7 @@ def check_on_drift(value: object) -> OnDrift:
 
     :raises ConfigInvalidError: it is neither ``reopen`` nor ``report``.
     """
-    if value not in get_args(OnDrift):
-        raise ConfigInvalidError("on_drift must be 'reopen' or 'report'", {"key": "on_drift"})
-    return cast(OnDrift, value)
+    return cast(OnDrift, check_choice("on_drift", value, ON_DRIFT_MODES))
 
 
 def verify(

@@ -9,6 +9,7 @@ from typing import Any, Final
 
 from migronaut_core.background.dry_run.report import Method
 from migronaut_core.background.spec import BackgroundSpec
+from migronaut_core.checks import check_int
 from migronaut_core.errors import ConfigInvalidError
 
 __all__ = [
@@ -29,11 +30,7 @@ MAX_DRY_STEPS: Final = 100
 
 
 def _count_option(value: Any, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_DOCUMENTS:
-        raise ConfigInvalidError(
-            f"dry run: {key} must be an integer from 1 to {MAX_DOCUMENTS}", {"key": key}
-        )
-    return value
+    return check_int(key, value, 1, MAX_DOCUMENTS, label=f"dry run: {key}")
 
 
 def check_options(*, sample: int | None, first: int | None) -> tuple[Method, int]:

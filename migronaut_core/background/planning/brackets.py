@@ -41,6 +41,7 @@ from typing import Any, Final
 from migronaut_core.background.planning.apportion import allocate, equal_weight_spans
 from migronaut_core.background.planning.filters import is_nan
 from migronaut_core.bson_values import bson_equal, bson_type_name, canonical_id_key
+from migronaut_core.checks import check_int
 from migronaut_core.errors import ConfigInvalidError
 
 __all__ = [
@@ -348,10 +349,7 @@ def merge_ranges(
     :raises ConfigInvalidError: on a bad ``max_partitions`` or ``weights``, or
         ranges that are out of order or not contiguous.
     """
-    if isinstance(max_partitions, bool) or not isinstance(max_partitions, int):
-        raise ConfigInvalidError("max_partitions must be an integer", {"key": "max_partitions"})
-    if max_partitions < 1:
-        raise ConfigInvalidError("max_partitions must be >= 1", {"key": "max_partitions"})
+    check_int("max_partitions", max_partitions, 1)
     loads = _check_weights(weights, len(ranges))
     _check_chain(ranges)
     if len(ranges) <= max_partitions:

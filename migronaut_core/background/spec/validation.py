@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, TypeAlias, get_args
 
 import bson
 from bson.binary import UuidRepresentation
@@ -38,10 +38,17 @@ from migronaut_core.background.spec.model import (
     Transform,
 )
 from migronaut_core.background.spec.stages import StageError, checked_stages, stamp_problem
+from migronaut_core.checks import (
+    MAX_INT64,
+    check_int,
+    choice_problem,
+    collection_name_problem,
+    field_name_problem,
+    int_problem,
+    wrong_type,
+)
 from migronaut_core.errors import ConfigInvalidError
 
-_MAX_INT64: Final = 2**63 - 1
-_MAX_NAME_BYTES: Final = 255
 _SLICE_MS: Final = (100, 3_600_000)
 _FILTER_CODEC: Final[CodecOptions[dict[str, Any]]] = CodecOptions(
     uuid_representation=UuidRepresentation.STANDARD
@@ -94,27 +101,26 @@ class _Key:
     required: bool = False
 
 
-def _got(value: Any, expected: type | tuple[type, ...]) -> str:
-    """Name the type a value had when it had the wrong one (its value never)."""
-    if isinstance(value, expected) and not isinstance(value, bool):
-        return ""
-    return f" (got {type(value).__name__})"
+def _checked(problem_of: Callable[[Any], str | None]) -> _Check:
+    """A check that refuses what ``problem_of`` (a rule of :mod:`migronaut_core.checks`) finds."""
 
-
-def _integer(low: int, high: int = _MAX_INT64) -> _Check:
-    span = f">= {low}" if high == _MAX_INT64 else f"between {low} and {high}"
-
-    def check(value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise _InvalidError(f"must be an integer {span}{_got(value, int)}")
-        return int(value)
+    def check(value: Any) -> Any:
+        problem = problem_of(value)
+        if problem is not None:
+            raise _InvalidError(problem)
+        return value
 
     return check
 
 
+def _integer(low: int, high: int = MAX_INT64) -> _Check:
+    check = _checked(lambda value: int_problem(value, low, high))
+    return lambda value: int(check(value))
+
+
 def _fraction(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, float) or not 0.0 < value < 1.0:
-        raise _InvalidError(f"must be a number strictly between 0 and 1{_got(value, float)}")
+        raise _InvalidError(f"must be a number strictly between 0 and 1{wrong_type(value, float)}")
     return value
 
 
@@ -124,13 +130,9 @@ def _boolean(value: Any) -> bool:
     return value
 
 
-def _choice(*options: str) -> _Check:
-    def check(value: Any) -> str:
-        if not isinstance(value, str) or value not in options:
-            raise _InvalidError(f"must be one of {', '.join(map(repr, options))}{_got(value, str)}")
-        return value
-
-    return check
+def _choice(literal: Any) -> _Check:
+    options = get_args(literal)
+    return _checked(lambda value: choice_problem(value, options))
 
 
 def _optional(check: _Check) -> _Check:
@@ -153,52 +155,15 @@ def _switch(value: Any) -> Any:
     raise _InvalidError(f"must be True, False or a mapping (got {type(value).__name__})")
 
 
-def _fits_name(value: str) -> bool:
-    """Whether ``value`` is valid UTF-8 (no lone surrogates) of at most 255 bytes."""
-    try:
-        return len(value.encode()) <= _MAX_NAME_BYTES
-    except UnicodeEncodeError:
-        return False
-
-
-def _field_name(value: Any) -> str:
-    if (
-        not isinstance(value, str)
-        or not value
-        or value.startswith("$")
-        or "." in value
-        or "\0" in value
-        or not _fits_name(value)
-    ):
-        raise _InvalidError(
-            f"must be a top-level field name (no dots, no leading $){_got(value, str)}"
-        )
-    if value == "_id":
-        raise _InvalidError("cannot be _id")
-    return value
-
-
-def _collection_name(value: Any) -> str:
-    if (
-        not isinstance(value, str)
-        or not value
-        or "$" in value
-        or "\0" in value
-        or value.startswith(".")
-        or value.endswith(".")
-        or not _fits_name(value)
-    ):
-        raise _InvalidError(f"must be a valid collection name{_got(value, str)}")
-    if value.startswith("system."):
-        raise _InvalidError("cannot name a system collection")
-    return value
+_field_name: Final = _checked(field_name_problem)
+_collection_name: Final = _checked(collection_name_problem)
 
 
 def _w(value: Any) -> int | str:
     """Accept an acknowledged ``w``: the engine reads modified counts, ``w: 0`` has none."""
     if isinstance(value, str) and value:
         return value
-    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 50:
+    if int_problem(value, 1, 50) is None:
         return int(value)
     raise _InvalidError("must be an integer between 1 and 50, 'majority' or a tag set name")
 
@@ -208,7 +173,7 @@ def _stages(value: Any) -> list[dict[str, Any]]:
         return checked_stages(value, _FILTER_CODEC)
     except StageError as error:
         raise _InvalidError(
-            f"{error}{_got(value, list) if 'non-empty' in str(error) else ''}"
+            f"{error}{wrong_type(value, list) if 'non-empty' in str(error) else ''}"
         ) from None
 
 
@@ -267,7 +232,7 @@ _FILE_KEYS: Final[Mapping[str, _Key]] = {
     "from": _Key(_integer(0), required=True),
     "to": _Key(_integer(0), required=True),
     "filter": _Key(_mapping),
-    "mode": _Key(_choice("declarative", "step", "update")),
+    "mode": _Key(_choice(Mode)),
     "batch_size": _Key(_integer(1, 10_000)),
     "max_parallel": _Key(_integer(1, 64), 4),
     "slice_ms": _Key(_integer(*_SLICE_MS), 30_000),
@@ -610,7 +575,4 @@ def check_slice_ms(value: Any) -> int:
 
     :raises ConfigInvalidError: with ``context["key"] == "slice_ms"``.
     """
-    try:
-        return int(_integer(*_SLICE_MS)(value))
-    except _InvalidError as invalid:
-        raise ConfigInvalidError(f"slice_ms {invalid.problem}", {"key": "slice_ms"}) from None
+    return check_int("slice_ms", value, *_SLICE_MS)

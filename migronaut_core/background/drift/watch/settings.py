@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from migronaut_core.background.drift.verify import OnDrift, check_on_drift
 from migronaut_core.background.runtime import Runtime
+from migronaut_core.checks import check_int, check_number
 from migronaut_core.errors import ConfigInvalidError
 
 __all__ = ["WatchSettings", "require_change_streams", "watch_settings"]
@@ -71,8 +71,8 @@ def watch_settings(
                 "collections must be a list of collection names", {"key": "collections"}
             )
         names = tuple(dict.fromkeys(collections))
-    _check_int("batch_size", batch_size, 1, 10_000)
-    _check_int("batch_ms", batch_ms, 1, 60_000)
+    check_int("batch_size", batch_size, 1, 10_000)
+    check_int("batch_ms", batch_ms, 1, 60_000)
     retry = leader_retry_seconds
     if retry is None:
         retry = min(10.0, max(0.5, ttl_seconds / 2))
@@ -81,7 +81,7 @@ def watch_settings(
         ("leader_retry_seconds", retry),
         ("checkpoint_seconds", checkpoint_seconds),
     ):
-        _check_seconds(key, value)
+        check_number(key, value, 0.05, 3600, unit="seconds")
     return WatchSettings(
         collections=names,
         on_drift=checked,
@@ -91,16 +91,6 @@ def watch_settings(
         leader_retry_seconds=float(retry),
         checkpoint_seconds=float(checkpoint_seconds),
     )
-
-
-def _check_int(key: str, value: Any, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ConfigInvalidError(f"{key} must be an integer from {low} to {high}", {"key": key})
-
-
-def _check_seconds(key: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.05 <= value <= 3600:
-        raise ConfigInvalidError(f"{key} must be between 0.05 and 3600 seconds", {"key": key})
 
 
 def require_change_streams(rt: Runtime) -> None:

@@ -35,7 +35,7 @@ from migronaut_core.background.planning.partition.protocol import (
     Scope,
 )
 from migronaut_core.background.spec import PartitionSettings
-from migronaut_core.errors import ConfigInvalidError
+from migronaut_core.checks import check_int
 from migronaut_core.server_errors import timed_out
 
 if TYPE_CHECKING:
@@ -44,11 +44,6 @@ if TYPE_CHECKING:
 __all__ = ["IdRangePartitioner"]
 
 logger = logging.getLogger(__name__)
-
-
-def _check_positive(value: Any, key: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigInvalidError(f"{key} must be an integer >= 1", {"key": key})
 
 
 class IdRangePartitioner:
@@ -95,7 +90,7 @@ class IdRangePartitioner:
         :param hint: the version index, used by the count and the sample of matches.
         :raises ConfigInvalidError: on a ``count_cap`` below 1.
         """
-        _check_positive(count_cap, "count_cap")
+        check_int("count_cap", count_cap, 1)
         estimate_above = settings.estimate_above
         budget_ms = settings.sample_timeout_ms
         exact_cap = min(count_cap, estimate_above + 1)
@@ -233,7 +228,7 @@ class IdRangePartitioner:
 
         :raises ConfigInvalidError: on a bad scope or a ``limit`` below 1.
         """
-        _check_positive(limit, "limit")
+        check_int("limit", limit, 1)
         query = conjunction([match, *scope_parts(scope, cursor)])
         return BatchQuery(query, [("_id", 1)], limit, hint)
 

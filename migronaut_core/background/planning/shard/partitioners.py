@@ -50,6 +50,7 @@ from migronaut_core.background.planning.shard.scopes import (
     targeting_filter,
 )
 from migronaut_core.background.spec import PartitionSettings
+from migronaut_core.checks import check_int
 from migronaut_core.errors import ConfigInvalidError
 from migronaut_core.server_errors import timed_out
 from migronaut_core.versioning import version_filter
@@ -255,8 +256,7 @@ class ShardPartitioner(ShardKeyWrites):
         :raises ConfigInvalidError: a bad scope, a ``limit`` below 1, or no
             sharded version index to read through.
         """
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ConfigInvalidError("limit must be an integer >= 1", {"key": "limit"})
+        check_int("limit", limit, 1)
         low, high = scope_bounds(scope, self.key)
         lower, upper = self._index_bounds(hint, low, high)
         left = list(cursor.get("left") or [])
