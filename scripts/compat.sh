@@ -27,15 +27,6 @@ STANDARD_PROVIDER_VERSION=1.13.1
 # Airflow 3.2.2 was uploaded on 2026-05-29 (the mongo provider 5.4.0 on 2026-05-23).
 RESOLVED_AS_OF=2026-05-30T00:00:00Z
 
-# Tests of Airflow 3.3's own interfaces, not of the provider's behaviour:
-# - on 3.2, DAG.test() refuses a param outside its enum with a ValueError, on 3.3 with
-#   ParamValidationError (the control DAG refuses the action on both);
-# - on 3.2, stats_utils.get_stats_factory() takes the Stats class, on 3.3 nothing.
-DESELECT=(
-  "tests/airflow/test_control_and_drift_dags.py::test_an_unknown_action_is_refused_by_the_form"
-  "tests/airflow/test_metrics.py::test_a_lane_under_airflow_sends_slice_batch_and_lease_metrics_to_statsd"
-)
-
 # pip_index_url (from _venv.sh) asks this venv's pip.
 VENV="${MIGRONAUT_COMPAT_VENV:-$ROOT/.venv-compat}"
 cd "$ROOT"
@@ -86,12 +77,10 @@ names = ["apache-airflow", "apache-airflow-task-sdk", "apache-airflow-providers-
 print(", ".join(f"{name} {version(name)}" for name in names))
 EOF
 )"
-echo "==> pytest: ${#MODULES[@]} modules of tests/airflow (no standalone, cluster or browser), ${#DESELECT[@]} deselected"
+echo "==> pytest: ${#MODULES[@]} modules of tests/airflow (no standalone, cluster or browser)"
 printf '      %s\n' "${MODULES[@]}"
-DESELECT_ARGS=()
-for test in "${DESELECT[@]}"; do DESELECT_ARGS+=(--deselect "$test"); done
 status=0
-"$VENV/bin/python" -m pytest -p no:cacheprovider "${DESELECT_ARGS[@]}" "${MODULES[@]}" "$@" || status=$?
+"$VENV/bin/python" -m pytest -p no:cacheprovider "${MODULES[@]}" "$@" || status=$?
 if [ "$status" -eq 5 ]; then
   echo "==> pytest ran no test" >&2
   exit 1

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Set everything up and run the whole test suite: lint, types, import contracts, then
-# unit, integration, Airflow (standalone and the Celery cluster), chaos and packaging tests.
-# Extra arguments go to pytest (e.g. `bash scripts/test.sh -k lock`).
+# unit, integration, Airflow (standalone and the Celery cluster), chaos and packaging tests,
+# then the Airflow tests that need no standalone on the oldest Airflow the provider declares
+# (scripts/compat.sh). Extra arguments go to pytest (e.g. `bash scripts/test.sh -k lock`)
+# and skip that last run.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 ensure_venv
@@ -25,3 +27,7 @@ echo "==> import contracts (lint-imports)"
 "$VENV/bin/lint-imports"
 echo "==> pytest"
 "$VENV/bin/pytest" "$@"
+if [ "$#" -eq 0 ]; then
+  echo "==> the Airflow tests on the oldest Airflow the provider declares (scripts/compat.sh)"
+  bash "$ROOT/scripts/compat.sh"
+fi

@@ -81,8 +81,19 @@ class StatsdListener:
         return parsed
 
 
-def _stats_factory() -> Any:
-    """Airflow's configured metrics factory (3.2 asks for the ``Stats`` class, 3.3 for nothing)."""
+def _install_stats(factory: Any, *, legacy_names: bool) -> None:
+    """``Stats.initialize`` as the installed Airflow takes it.
+
+    Airflow 3.2's ``get_stats_factory`` asks for the ``Stats`` class and its
+    ``initialize`` knows no ``export_legacy_names``; 3.3 changed both.
+    """
+    if "export_legacy_names" in inspect.signature(Stats.initialize).parameters:
+        Stats.initialize(factory=factory, export_legacy_names=legacy_names)
+    else:
+        Stats.initialize(factory=factory)
+
+
+def _configured_factory() -> Any:
     if inspect.signature(stats_utils.get_stats_factory).parameters:
         return stats_utils.get_stats_factory(Stats)
     return stats_utils.get_stats_factory()
@@ -96,14 +107,13 @@ def airflow_statsd(port: int) -> Iterator[None]:
         patch.setenv("AIRFLOW__METRICS__STATSD_HOST", "127.0.0.1")
         patch.setenv("AIRFLOW__METRICS__STATSD_PORT", str(port))
         patch.setenv("AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED", "True")
-        Stats.initialize(
-            factory=_stats_factory(),
-            export_legacy_names=conf.getboolean("metrics", "legacy_names_on"),
+        _install_stats(
+            _configured_factory(), legacy_names=conf.getboolean("metrics", "legacy_names_on")
         )
         try:
             yield
         finally:
-            Stats.initialize(factory=NoStatsLogger, export_legacy_names=False)
+            _install_stats(NoStatsLogger, legacy_names=False)
 
 
 @pytest.fixture
