@@ -26,6 +26,7 @@ import pytest
 from pymongo import MongoClient
 from pymongo.database import Database
 
+from migronaut_dev.airflow_api import AirflowHarnessError
 from migronaut_dev.airflow_standalone import AirflowStandalone, install_dag_file, overlapping
 from migronaut_dev.endpoints import airflow_connection
 from tests.support.airflow import log_tail_on_failure
@@ -204,3 +205,43 @@ def test_only_a_user_who_may_edit_the_migrations_dag_controls_it(deployment: Dep
     allowed = deployment.trigger_as("editor", control, {**pause, "reason": "mine"}).json()
     assert airflow.wait_for_run(control, allowed["dag_run_id"]) == "success"
     assert probe_status() == "paused"
+
+
+def test_an_admin_run_acts_only_for_a_user_who_may_edit_the_admin_dag(
+    deployment: Deployment,
+) -> None:
+    airflow = deployment.airflow
+    admin = "migronaut_orders__admin"
+    airflow.wait_for_dag(admin)
+    plan_up = {"operation": "up", "plan": True, "reason": "what would an up do"}
+
+    assert deployment.trigger_as("viewer", admin, plan_up).status_code == 403
+    assert airflow.dag_runs(admin) == []
+
+    # The same form from the command line: Airflow lets it in, the task refuses it.
+    subprocess.run(
+        [
+            str(Path(sys.executable).with_name("airflow")),
+            "dags",
+            "trigger",
+            admin,
+            "--conf",
+            json.dumps(plan_up),
+        ],
+        env=airflow.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    (from_cli,) = airflow.dag_runs(admin)
+    assert airflow.wait_for_run(admin, from_cli["dag_run_id"]) == "failed"
+    with pytest.raises(AirflowHarnessError, match="HTTP 404"):  # refused before any result
+        airflow.xcom(admin, from_cli["dag_run_id"], "run", key="result")
+
+    allowed = deployment.trigger_as("editor", admin, plan_up).json()
+    assert airflow.wait_for_run(admin, allowed["dag_run_id"]) == "success"
+    plan = airflow.xcom(admin, allowed["dag_run_id"], "run", key="result")
+    assert plan["direction"] == "up"
+    assert plan["refused"] is None
+    assert plan["migrations"] == []  # the orders folder's one migration is applied
