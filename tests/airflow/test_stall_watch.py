@@ -22,6 +22,7 @@ from pymongo.database import Database
 
 from migronaut_airflow.dags.factory import STALL_ENV, STALLS_DAG_ID, build_dags
 from migronaut_airflow.operators.background import HealBackgroundOperator, dag_id_for
+from migronaut_airflow.operators.takeover import MIGRATION_TASKS
 from migronaut_airflow.triggers.stall import StalledMigrationTrigger
 from migronaut_core import Migronaut
 from migronaut_core.config import BackgroundCollections
@@ -184,6 +185,26 @@ def test_the_factory_watches_the_state_collection_and_builds_migronaut_stalls(
     drift_heal = dags["migronaut_drift"].get_task("heal")
     assert isinstance(drift_heal, HealBackgroundOperator)
     assert drift_heal.stall_seconds == 42.0
+
+
+def test_the_heals_name_the_pools_the_migration_dag_s_tasks_run_in(
+    tmp_path: Path, migronaut_connection: str
+) -> None:
+    migrations = tmp_path / "migrations"
+    write_background(migrations)
+    dags = build_dags(
+        migrations, lane_pool="mongo_writes", task_args={"coordinator": {"pool": "steps"}}
+    )
+    background = dags[dag_id_for(SPLIT_NAME)]
+    expected = {task_id: background.get_task(task_id).pool for task_id in MIGRATION_TASKS}
+    assert expected == {
+        "coordinate": "steps",
+        "lane": "mongo_writes",
+        "wait_for_lanes": "default_pool",
+        "continue": "steps",
+    }
+    for dag_id in (STALLS_DAG_ID, "migronaut_drift"):
+        assert dags[dag_id].get_task("heal").pools == expected
 
 
 def _stall_times(dags: dict[str, Any]) -> tuple[float, float, float]:

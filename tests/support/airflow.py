@@ -1,4 +1,4 @@
-"""Helpers for the Airflow tests: Airflow's log after a failure."""
+"""Helpers for the Airflow tests: Airflow's log after a failure, the stall watch connected."""
 
 from __future__ import annotations
 
@@ -6,6 +6,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from pymongo import MongoClient
+
+from migronaut_airflow.triggers.stall import StalledMigrationTrigger
 
 
 def log_tail_on_failure(
@@ -24,3 +27,14 @@ def log_tail_on_failure(
         more = extra() if callable(extra) else extra
         with capsys.disabled():
             print(f"\n{airflow.log_tail(150)}{more}")
+
+
+def stall_watch_connected(client: MongoClient[dict[str, Any]]) -> bool:
+    """Whether the stall trigger runs in the triggerer: its client is connected to mongod."""
+    ops = client.admin.aggregate(
+        [
+            {"$currentOp": {"allUsers": True, "idleConnections": True}},
+            {"$match": {"appName": StalledMigrationTrigger.appname}},
+        ]
+    )
+    return bool(list(ops))
