@@ -32,6 +32,8 @@ from migronaut_airflow.targets import DEFAULT_TARGET, TargetSettings
 from migronaut_core import CONTROL_ACTIONS, MigrationCatalog
 
 TAGS = ["migronaut"]
+#: Airflow's pool of a task that names none.
+DEFAULT_POOL = "default_pool"
 #: Lanes run before the sensor that waits for them (``dag.test()`` runs one task at a time).
 LANE_PRIORITY = 100
 SENSOR_PRIORITY = 1
@@ -96,6 +98,23 @@ def trigger_dags(
         skip_when_already_exists=True,
         **options.for_tasks("admin"),
     ).expand(trigger_dag_id=upstream.output)
+
+
+def migration_pools(
+    settings: TargetSettings, options: DagOptions, lane_pool: str | None = None
+) -> dict[str, str]:
+    """The pool of each task of a migration's DAG, as :func:`background_dag` sets them.
+
+    The heal names them when a stalled migration's tasks wait for a slot.
+    """
+    lane = lane_pool or settings.lane_pool or options.for_tasks("lane").get("pool")
+    coordinator = options.for_tasks("coordinator").get("pool")
+    return {
+        "coordinate": coordinator or DEFAULT_POOL,
+        "lane": lane or DEFAULT_POOL,
+        "wait_for_lanes": options.for_tasks("sensor").get("pool") or DEFAULT_POOL,
+        "continue": coordinator or DEFAULT_POOL,
+    }
 
 
 def background_dag(
@@ -193,7 +212,13 @@ def background_dag(
     return dag
 
 
-def drift_dag(settings: TargetSettings, options: DagOptions, *, on_drift: str | None = None) -> DAG:
+def drift_dag(
+    settings: TargetSettings,
+    options: DagOptions,
+    *,
+    on_drift: str | None = None,
+    pools: Mapping[str, str] | None = None,
+) -> DAG:
     """``migronaut_drift``: verify completed migrations, then start DAGs that have work.
 
     Its heal also takes over a migration whose run made no progress for the
@@ -209,7 +234,7 @@ def drift_dag(settings: TargetSettings, options: DagOptions, *, on_drift: str | 
     ) as dag:
         verify = VerifyDriftOperator(task_id="verify", on_drift=on_drift, **admin)
         heal = HealBackgroundOperator(
-            task_id="heal", stall_seconds=settings.stall.total_seconds(), **admin
+            task_id="heal", stall_seconds=settings.stall.total_seconds(), pools=pools, **admin
         )
         verify >> heal
         trigger_dags("start_migrations", heal, "heal", options)
@@ -221,6 +246,8 @@ def drift_events_dag(
     options: DagOptions,
     assets: list[Asset],
     drift_options: DriftEventOptions,
+    *,
+    pools: Mapping[str, str] | None = None,
 ) -> DAG:
     """``migronaut_drift_events``: when a collection drifts, apply the on-drift policy.
 
@@ -242,20 +269,30 @@ def drift_events_dag(
         verify = VerifyDriftEventsOperator(
             task_id="verify", on_drift=drift_options.on_drift, **admin
         )
-        heal = HealBackgroundOperator(task_id="heal", **admin)
+        heal = HealBackgroundOperator(
+            task_id="heal", stall_seconds=settings.stall.total_seconds(), pools=pools, **admin
+        )
         verify >> heal
         trigger_dags("start_migrations", heal, "drift event", options)
     return dag
 
 
-def stalls_dag(settings: TargetSettings, options: DagOptions, asset: Asset) -> DAG:
+def stalls_dag(
+    settings: TargetSettings,
+    options: DagOptions,
+    asset: Asset,
+    *,
+    pools: Mapping[str, str] | None = None,
+) -> DAG:
     """``migronaut_stalls``: take over a migration as soon as nothing moved it for the stall time.
 
     Scheduled on the state collection's asset, whose stall trigger fires the
     moment a running migration stands still (no live lease, no partition write,
     no progress, no coordinator step), instead of at the drift DAG's next tick.
     Its heal starts a takeover run beside the stuck one (a newer round, which the
-    stuck run's later steps find ``superseded``). Idempotent.
+    stuck run's later steps find ``superseded``), unless Airflow itself holds the
+    run (a paused DAG, a queued run, tasks waiting for a slot in ``pools``): that
+    is reported, not taken over. Idempotent.
     """
     admin = {**options.for_tasks("admin"), **settings.operator_args()}
     with target_dag(
@@ -267,7 +304,7 @@ def stalls_dag(settings: TargetSettings, options: DagOptions, asset: Asset) -> D
         default_args={**SAFE_RETRIES},
     ) as dag:
         heal = HealBackgroundOperator(
-            task_id="heal", stall_seconds=settings.stall.total_seconds(), **admin
+            task_id="heal", stall_seconds=settings.stall.total_seconds(), pools=pools, **admin
         )
         trigger_dags("start_migrations", heal, "stall", options)
     return dag

@@ -32,6 +32,7 @@ from migronaut_airflow.dags.builders import (
     control_dag,
     drift_dag,
     drift_events_dag,
+    migration_pools,
     stalls_dag,
     up_dag,
 )
@@ -168,8 +169,14 @@ def dags_for(
         if drift_events is not None and endpoint is not None
         else {}
     )
+    pools = migration_pools(settings, options, background_options.get("lane_pool"))
     dags = [
-        drift_dag(settings, options, on_drift=drift_events.on_drift if drift_events else None),
+        drift_dag(
+            settings,
+            options,
+            on_drift=drift_events.on_drift if drift_events else None,
+            pools=pools,
+        ),
         control_dag(settings, options),
         up_dag(settings, options, catalog),
         admin_dag(settings, options),
@@ -185,9 +192,11 @@ def dags_for(
         ),
     ]
     if drift_events is not None and assets:
-        dags.append(drift_events_dag(settings, options, list(assets.values()), drift_events))
+        dags.append(
+            drift_events_dag(settings, options, list(assets.values()), drift_events, pools=pools)
+        )
     if stall_watch and endpoint is not None:
-        dags.append(stalls_dag(settings, options, state_asset(settings, endpoint)))
+        dags.append(stalls_dag(settings, options, state_asset(settings, endpoint), pools=pools))
     return {dag.dag_id: dag for dag in dags}
 
 

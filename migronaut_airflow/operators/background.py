@@ -21,6 +21,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from migronaut_airflow.authorization import AUTH_MANAGER, authorize_run, check_policy
 from migronaut_airflow.hooks.migronaut import MigronautHook, mongo_conn_id_from
+from migronaut_airflow.operators.takeover import Decision, decide, new_holds
 from migronaut_airflow.targets import DEFAULT_TARGET, check_target_name, dag_id_for
 from migronaut_airflow.triggers.delay import DelayTrigger
 from migronaut_core import (
@@ -480,22 +481,35 @@ class VerifyDriftOperator(MigronautOperator):
 
 
 class HealBackgroundOperator(MigronautOperator):
-    """Name the DAGs to start: migrations with work and no active run, and stalled ones.
+    """Name the DAGs to start: migrations with work and no active run, and stuck ones.
 
     A migration with work and no queued or running DAG run gets one. So does a
     running one nothing has moved for ``stall_seconds`` (the core's
     :meth:`~migronaut_core.Migronaut.stalled_background`) whose one active run is
     stuck (a lane task frozen, its worker gone without Airflow noticing): the
     takeover run starts beside it (the DAG allows two active runs), takes a new
-    round, and the stuck run's later steps bow out as ``superseded``. Returns the
-    DAG ids; a mapped TriggerDagRunOperator starts them.
+    round, and the stuck run's later steps bow out as ``superseded``. A stall
+    Airflow itself holds is not taken over (:mod:`~migronaut_airflow.operators.takeover`):
+    a paused DAG, a queued run, or tasks waiting for a pool slot. Those are pushed
+    as the XCom ``held`` (migration → reason, waiting tasks, pools) and warned
+    about once per held episode. Returns the DAG ids; a mapped
+    TriggerDagRunOperator starts them.
 
     :param stall_seconds: how long nothing may move before a run is taken over.
+    :param pools: the pool of each task of a migration's DAG, named in the report
+        of tasks waiting for a slot (default: Airflow's ``default_pool``).
     """
 
-    def __init__(self, *, stall_seconds: float = STALL_SECONDS, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        stall_seconds: float = STALL_SECONDS,
+        pools: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.stall_seconds = stall_seconds
+        self.pools = dict(pools or {})
 
     def execute(self, context: Context) -> list[str]:
         try:
@@ -504,23 +518,51 @@ class HealBackgroundOperator(MigronautOperator):
         except MigronautError as exc:
             raise fail_fast(exc) from exc
         ti = context["ti"]
-        dag_ids = []
-        for row in runnable:
-            dag_id = self.dag_id_for(row["migration"])
-            active = ti.get_dr_count(dag_id=dag_id, states=["queued", "running"])
-            if active == 0:
-                dag_ids.append(dag_id)
-            elif active == 1 and row["migration"] in stalled:
+        decisions = [
+            decide(
+                ti,
+                row["migration"],
+                self.dag_id_for(row["migration"]),
+                stalled=row["migration"] in stalled,
+                pools=self.pools,
+            )
+            for row in runnable
+        ]
+        self._report_held(ti, decisions)
+        for decision in decisions:
+            if decision.verdict == "take_over":
                 self.log.warning(
                     "heal: %s made no progress for %.0f s; taking its run over",
-                    row["migration"],
+                    decision.migration,
                     self.stall_seconds,
                 )
-                dag_ids.append(dag_id)
+        dag_ids = [d.dag_id for d in decisions if d.verdict in ("start", "take_over")]
         self.log.info(
-            "heal: %d migration(s) with work, %d to start (%d stalled)",
+            "heal: %d migration(s) with work, %d to start (%d stalled, %d held)",
             len(runnable),
             len(dag_ids),
             len(stalled),
+            sum(d.verdict == "held" for d in decisions),
         )
         return dag_ids
+
+    def _report_held(self, ti: Any, decisions: list[Decision]) -> None:
+        """Push the held migrations as ``held``; warn about those newly held."""
+        held = {d.migration: report for d in decisions if (report := d.report()) is not None}
+        # The latest heal's report (one value: map index -1, newest run first).
+        before = ti.xcom_pull(
+            task_ids=self.task_id, key="held", include_prior_dates=True, map_indexes=-1
+        )
+        fresh = set(new_holds(held, before if isinstance(before, dict) else None))
+        for decision in decisions:
+            if decision.hold is None:
+                continue
+            log = self.log.warning if decision.migration in fresh else self.log.info
+            log(
+                "heal: %s stood still for %.0f s, held by Airflow, not stalled: %s; "
+                "no takeover run",
+                decision.migration,
+                self.stall_seconds,
+                decision.hold.describe(),
+            )
+        ti.xcom_push(key="held", value=held)

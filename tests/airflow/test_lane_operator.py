@@ -24,6 +24,7 @@ from migronaut_airflow.operators.background import (
 from migronaut_airflow.triggers.delay import DelayTrigger
 from migronaut_core import Migronaut
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, wait_until, write_background
+from tests.support.heal import FakeRuns
 
 pytestmark = pytest.mark.airflow
 
@@ -138,19 +139,6 @@ def test_on_kill_stops_the_slice_and_releases_its_lease_for_the_next_lane(
     successor.hook.close()
 
 
-class ActiveRuns:
-    """The one call the heal makes on its task instance: how many runs a DAG has active."""
-
-    def __init__(self, active: int) -> None:
-        self.active = active
-        self.asked: list[str] = []
-
-    def get_dr_count(self, *, dag_id: str, states: list[str]) -> int:
-        assert states == ["queued", "running"]
-        self.asked.append(dag_id)
-        return self.active
-
-
 def test_the_heal_takes_over_a_stalled_migration_whose_one_run_is_stuck(
     kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
 ) -> None:
@@ -168,7 +156,7 @@ def test_the_heal_takes_over_a_stalled_migration_whose_one_run_is_stuck(
             migronaut_config={"lock_ttl_seconds": TTL_SECONDS},
         )
         try:
-            return operator.execute({"ti": ActiveRuns(active)})  # type: ignore[typeddict-item]
+            return operator.execute({"ti": FakeRuns(active=active)})  # type: ignore[typeddict-item]
         finally:
             operator.hook.close()
 

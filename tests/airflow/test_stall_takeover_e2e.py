@@ -32,12 +32,11 @@ from pymongo.database import Database
 
 from migronaut_airflow.dags.factory import DRIFT_EVENTS_DAG_ID, STALLS_DAG_ID
 from migronaut_airflow.operators.background import dag_id_for
-from migronaut_airflow.triggers.stall import StalledMigrationTrigger
 from migronaut_core import Migronaut
 from migronaut_core.config import BackgroundCollections
 from migronaut_dev.airflow_standalone import AirflowStandalone, install_dag_file, parse_time
 from migronaut_dev.endpoints import airflow_connection
-from tests.support.airflow import log_tail_on_failure
+from tests.support.airflow import log_tail_on_failure, stall_watch_connected
 from tests.support.app_writer import AppWriter
 from tests.support.background import make_kit
 from tests.support.chaos import NAME, assert_nothing_lost, drive_remaining, seed, write_migration
@@ -132,17 +131,6 @@ def _talks_to_mongodb(process: psutil.Process) -> bool:
     return any(conn.status == psutil.CONN_ESTABLISHED for conn in connections)
 
 
-def _stall_watch_connected(setup: Setup) -> bool:
-    """Whether the stall trigger runs in the triggerer: its client is connected to mongod."""
-    ops = setup.client.admin.aggregate(
-        [
-            {"$currentOp": {"allUsers": True, "idleConnections": True}},
-            {"$match": {"appName": StalledMigrationTrigger.appname}},
-        ]
-    )
-    return bool(list(ops))
-
-
 def _stall_events(setup: Setup) -> list[dict[str, Any]]:
     """The stall trigger's asset events (payload and timestamp), oldest first."""
     answer = setup.airflow.request(
@@ -179,7 +167,7 @@ def test_a_frozen_lane_is_taken_over_by_the_stall_watch_long_before_the_drift_ti
     for idle in ("migronaut_drift", DRIFT_EVENTS_DAG_ID):
         assert airflow.wait_for_dag(idle)["is_paused"] is True
     airflow.wait_until(
-        lambda: _stall_watch_connected(setup), 120, "the stall trigger never connected"
+        lambda: stall_watch_connected(setup.client), 120, "the stall trigger never connected"
     )
 
     app = AppWriter(setup.mongo_uri, db.name, DOCUMENTS, pause=0.005).start()

@@ -21,12 +21,14 @@ from airflow.sdk import Asset
 from pymongo.database import Database
 
 from migronaut_airflow.dags.factory import STALL_ENV, STALLS_DAG_ID, build_dags
-from migronaut_airflow.operators.background import HealBackgroundOperator
+from migronaut_airflow.operators.background import HealBackgroundOperator, dag_id_for
+from migronaut_airflow.operators.takeover import MIGRATION_TASKS
 from migronaut_airflow.triggers.stall import StalledMigrationTrigger
 from migronaut_core import Migronaut
 from migronaut_core.config import BackgroundCollections
 from migronaut_core.errors import ConfigInvalidError
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
+from tests.support.heal import FakeRuns
 
 pytestmark = [pytest.mark.airflow]
 
@@ -185,6 +187,26 @@ def test_the_factory_watches_the_state_collection_and_builds_migronaut_stalls(
     assert drift_heal.stall_seconds == 42.0
 
 
+def test_the_heals_name_the_pools_the_migration_dag_s_tasks_run_in(
+    tmp_path: Path, migronaut_connection: str
+) -> None:
+    migrations = tmp_path / "migrations"
+    write_background(migrations)
+    dags = build_dags(
+        migrations, lane_pool="mongo_writes", task_args={"coordinator": {"pool": "steps"}}
+    )
+    background = dags[dag_id_for(SPLIT_NAME)]
+    expected = {task_id: background.get_task(task_id).pool for task_id in MIGRATION_TASKS}
+    assert expected == {
+        "coordinate": "steps",
+        "lane": "mongo_writes",
+        "wait_for_lanes": "default_pool",
+        "continue": "steps",
+    }
+    for dag_id in (STALLS_DAG_ID, "migronaut_drift"):
+        assert dags[dag_id].get_task("heal").pools == expected
+
+
 def _stall_times(dags: dict[str, Any]) -> tuple[float, float, float]:
     (watcher,) = dags[STALLS_DAG_ID].timetable.asset_condition.watchers
     return (
@@ -237,3 +259,150 @@ def test_without_the_watch_or_a_readable_connection_no_migronaut_stalls(
     assert STALLS_DAG_ID not in build_dags(migrations, mongo_conn_id="migronaut_no_such_connection")
     # Without the drift events, the stall watch still stands on its own.
     assert STALLS_DAG_ID in build_dags(migrations, drift_events=False)
+
+
+def _heal(runs: FakeRuns, migrations: Path, stall_seconds: float = STALL) -> list[str]:
+    operator = HealBackgroundOperator(
+        task_id="heal",
+        stall_seconds=stall_seconds,
+        migrations_dir=str(migrations),
+        pools={"lane": "mongo_writes"},
+        migronaut_config={"lock_ttl_seconds": TTL_SECONDS},
+    )
+    try:
+        return operator.execute({"ti": runs})  # type: ignore[typeddict-item]
+    finally:
+        operator.hook.close()
+
+
+def _held_lines(logged: str) -> list[tuple[str, str]]:
+    """The heal's "held by Airflow" lines: (level, line)."""
+    return [
+        ("warning" if "warn" in line.lower().split("heal:")[0] else "info", line)
+        for line in logged.splitlines()
+        if "held by Airflow" in line
+    ]
+
+
+@pytest.mark.parametrize(
+    ("runs", "reason", "says"),
+    [
+        (FakeRuns(paused=True), "paused", "paused DAG"),
+        (FakeRuns(waiting={"lane": 2}), "waiting_for_slot", "waiting for pool mongo_writes"),
+        (FakeRuns(waiting={"coordinate": 1}), "waiting_for_slot", "waiting for pool default_pool"),
+        (FakeRuns(queued=1), "run_queued", "its DAG run is queued"),
+    ],
+    ids=["paused", "lanes-in-a-full-pool", "coordinator-waiting", "run-queued"],
+)
+def test_a_stall_airflow_holds_is_reported_once_and_never_taken_over(
+    abandoned: Migronaut,
+    runs: FakeRuns,
+    reason: str,
+    says: str,
+    capfd: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    migrations = tmp_path / "migrations"
+    time.sleep(STALL)  # the slice's lease lapsed and nothing moved since
+    assert abandoned.stalled_background(stall_seconds=STALL) == [SPLIT_NAME]
+    capfd.readouterr()
+    dag_id = dag_id_for(SPLIT_NAME)
+    for _ in range(3):  # one stall signal after another: never a takeover run
+        assert _heal(runs, migrations) == []
+    report = runs.xcoms[-1][SPLIT_NAME]
+    assert report["dag_id"] == dag_id and report["reason"] == reason
+    assert [x[SPLIT_NAME]["reason"] for x in runs.xcoms] == [reason] * 3
+    logged = "".join(capfd.readouterr())
+    held = _held_lines(logged)
+    # Warned once an episode (the later heals say it at info, below this session's level).
+    assert [level for level, _ in held if level == "warning"] == ["warning"]
+    assert says in held[0][1]
+    assert "taking its run over" not in logged
+
+    # Released (unpaused, a slot freed) yet still standing still: now it is stuck.
+    assert _heal(FakeRuns(xcoms=runs.xcoms), migrations) == [dag_id]
+    assert runs.xcoms[-1] == {}
+    # Held again later: a new episode, warned about again.
+    capfd.readouterr()
+    assert _heal(FakeRuns(paused=True, xcoms=runs.xcoms), migrations) == []
+    again = _held_lines("".join(capfd.readouterr()))
+    assert [level for level, _ in again if level == "warning"] == ["warning"]
+
+
+def test_the_heal_still_starts_and_takes_over_what_airflow_does_not_hold(
+    abandoned: Migronaut, tmp_path: Path
+) -> None:
+    migrations = tmp_path / "migrations"
+    dag_id = dag_id_for(SPLIT_NAME)
+    # Within the stall time: a run is left alone; no run at all gets one, paused or not.
+    assert _heal(FakeRuns(paused=True, waiting={"lane": 1}), migrations, stall_seconds=60) == []
+    assert _heal(FakeRuns(active=0), migrations, stall_seconds=60) == [dag_id]
+    assert _heal(FakeRuns(active=0, paused=True), migrations, stall_seconds=60) == [dag_id]
+    time.sleep(STALL)
+    # A stuck run (its tasks running or deferred, nothing waiting): taken over once.
+    assert _heal(FakeRuns(), migrations) == [dag_id]
+    assert _heal(FakeRuns(paused=None), migrations) == [dag_id]  # a DAG Airflow does not know
+    assert _heal(FakeRuns(active=2), migrations) == []  # a takeover already runs: never a third
+
+
+def test_migronaut_stalls_reports_a_queued_then_paused_migration_and_queues_nothing_more(
+    dags_folder: Path,
+    migronaut_connection: str,
+    mongo_uri: str,
+    db: Database[dict[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """``dag.test()``: the heal asks Airflow through the Task SDK (DAG, runs, tasks)."""
+    from airflow.models.dag import DagModel
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    from tests.support.dags import load_dags, xcom
+
+    seed_users(db, 500)
+    db.users.create_index([("_v", 1), ("_id", 1)])
+    write_background(dags_folder, batch_size=100, per_document_seconds=0.01)
+    with make_kit(mongo_uri, db, dags_folder, lock_ttl_seconds=TTL_SECONDS) as kit:
+        kit.up()
+        assert kit.coordinate_background(SPLIT_NAME).next == "process"
+        kit.run_background_slice(SPLIT_NAME, slice_ms=100)
+    monkeypatch.setenv(STALL_ENV, "1")
+    dags = load_dags()
+    bg_dag = dag_id_for(SPLIT_NAME)
+    time.sleep(1.5)
+
+    def heal() -> tuple[list[str], dict[str, Any], list[str]]:
+        capfd.readouterr()
+        run = dags[STALLS_DAG_ID].test()
+        assert run.state == "success"
+        warned = [
+            line
+            for line in "".join(capfd.readouterr()).splitlines()
+            if "held by Airflow" in line and "warn" in line.split("heal:")[0]
+        ]
+        return xcom(run, "heal"), xcom(run, "heal", key="held"), warned
+
+    def runs() -> list[str]:
+        with create_session() as session:
+            return [r.state for r in session.query(DagRun).filter(DagRun.dag_id == bg_dag)]
+
+    # No run at all: the heal starts one (it stays queued: nobody schedules it here).
+    assert heal()[0] == [bg_dag]
+    assert runs() == ["queued"]
+    # Still standing still, its one run queued: held, reported, nothing more queued.
+    started, held, warned = heal()
+    assert started == [] and runs() == ["queued"]
+    assert held == {
+        SPLIT_NAME: {"dag_id": bg_dag, "reason": "run_queued", "waiting": [], "pools": []}
+    }
+    assert len(warned) == 1 and "its DAG run is queued" in warned[0]
+    # Paused with the toggle: a new episode, warned about once.
+    with create_session() as session:
+        session.query(DagModel).filter(DagModel.dag_id == bg_dag).update({"is_paused": True})
+    for expect_warning in (True, False):
+        started, held, warned = heal()
+        assert started == [] and runs() == ["queued"]
+        assert held[SPLIT_NAME]["reason"] == "paused"
+        assert len(warned) == int(expect_warning)
+        assert all("paused DAG" in line for line in warned)

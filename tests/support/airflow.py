@@ -1,4 +1,5 @@
-"""Helpers for the Airflow tests: Airflow's log after a failure, task logs at INFO."""
+"""Helpers for the Airflow tests: Airflow's log after a failure, task logs at INFO, the stall
+watch connected."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from pymongo import MongoClient
+
+from migronaut_airflow.triggers.stall import StalledMigrationTrigger
 
 
 def log_tail_on_failure(
@@ -43,3 +47,14 @@ def task_logs_at_info() -> Iterator[None]:
         yield
     finally:
         structlog.configure(**saved)
+
+
+def stall_watch_connected(client: MongoClient[dict[str, Any]]) -> bool:
+    """Whether the stall trigger runs in the triggerer: its client is connected to mongod."""
+    ops = client.admin.aggregate(
+        [
+            {"$currentOp": {"allUsers": True, "idleConnections": True}},
+            {"$match": {"appName": StalledMigrationTrigger.appname}},
+        ]
+    )
+    return bool(list(ops))
