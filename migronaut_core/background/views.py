@@ -16,13 +16,14 @@ cursor, failed documents' ``_id``s in ``failed_document_samples``);
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import pendulum
 
-from migronaut_core.bson_values import iso_time, json_safe
+from migronaut_core.bson_values import json_safe
+from migronaut_core.json_shape import json_field, to_json_dict
 
 if TYPE_CHECKING:
     from migronaut_core.background.store import BackgroundStore
@@ -73,14 +74,7 @@ class ProgressView:
     source: ProgressSource = "plan"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "estimate": self.estimate,
-            "at_least": self.at_least,
-            "approximate": self.approximate,
-            "done": self.done,
-            "percent": self.percent,
-            "source": self.source,
-        }
+        return to_json_dict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +86,7 @@ class LeaseView:
     renewed_at: datetime | None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"owner": self.owner, "slot": self.slot, "renewed_at": iso_time(self.renewed_at)}
+        return to_json_dict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,26 +132,12 @@ class PartitionView:
     last_error: str | None
     lease: LeaseView | None
     updated_at: datetime | None
-    pacing: LanePacing | None
-    document_errors: tuple[DocumentError, ...]
+    pacing: LanePacing | None = field(metadata=json_field(omit="always"))
+    document_errors: tuple[DocumentError, ...] = field(metadata=json_field(omit="always"))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape: no pacing or document errors (see the status view for those)."""
-        return {
-            "id": self.id,
-            "generation": self.generation,
-            "index": self.index,
-            "status": self.status,
-            "scope": self.scope,
-            "group": self.group,
-            "cursor": self.cursor,
-            "counters": dict(self.counters),
-            "failed_documents": self.failed_documents,
-            "slice_failures": self.slice_failures,
-            "last_error": self.last_error,
-            "lease": None if self.lease is None else self.lease.to_dict(),
-            "updated_at": iso_time(self.updated_at),
-        }
+        return to_json_dict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,13 +166,13 @@ class BackgroundStatusView:
     runs_as: RunsAs | None
     collection: str | None
     description: str | None
-    pass_number: int
+    pass_number: int = field(metadata=json_field(name="pass"))
     generation: int
     progress: ProgressView
     eta_seconds: float | None
-    average_docs_per_second: float | None
+    average_docs_per_second: float | None = field(metadata=json_field(omit="always"))
     totals: Mapping[str, int]
-    partition_counts: Mapping[str, int]
+    partition_counts: Mapping[str, int] = field(metadata=json_field(name="partitions"))
     live_leases: int
     failed_documents: int
     failed_document_samples: tuple[Mapping[str, Any], ...]
@@ -210,47 +190,15 @@ class BackgroundStatusView:
     failed_at: datetime | None
     updated_at: datetime | None
     last_progress_at: datetime | None
-    max_parallel: int | None
-    pacing: PacingView
-    partitions: tuple[PartitionView, ...]
-    pass_failed_documents: int
-    document_errors: tuple[DocumentError, ...]
+    max_parallel: int | None = field(metadata=json_field(omit="always"))
+    pacing: PacingView = field(metadata=json_field(omit="always"))
+    partitions: tuple[PartitionView, ...] = field(metadata=json_field(omit="always"))
+    pass_failed_documents: int = field(metadata=json_field(omit="always"))
+    document_errors: tuple[DocumentError, ...] = field(metadata=json_field(omit="always"))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape of the CLI and the kit's ``background_status``."""
-        return {
-            "name": self.name,
-            "status": self.status,
-            "phase": self.phase,
-            "direction": self.direction,
-            "mode": self.mode,
-            "runs_as": self.runs_as,
-            "collection": self.collection,
-            "description": self.description,
-            "pass": self.pass_number,
-            "generation": self.generation,
-            "progress": self.progress.to_dict(),
-            "eta_seconds": self.eta_seconds,
-            "totals": dict(self.totals),
-            "partitions": dict(self.partition_counts),
-            "live_leases": self.live_leases,
-            "failed_documents": self.failed_documents,
-            "failed_document_samples": [dict(sample) for sample in self.failed_document_samples],
-            "last_error": self.last_error,
-            "waits_for": list(self.waits_for),
-            "requires": list(self.requires),
-            "coordinator": self.coordinator,
-            "round": self.round,
-            "plan": dict(self.plan),
-            "sharding": None if self.sharding is None else dict(self.sharding),
-            "created_at": iso_time(self.created_at),
-            "started_at": iso_time(self.started_at),
-            "pass_started_at": iso_time(self.pass_started_at),
-            "completed_at": iso_time(self.completed_at),
-            "failed_at": iso_time(self.failed_at),
-            "updated_at": iso_time(self.updated_at),
-            "last_progress_at": iso_time(self.last_progress_at),
-        }
+        return to_json_dict(self)
 
 
 # -- reading ---------------------------------------------------------------------------
