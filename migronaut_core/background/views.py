@@ -15,10 +15,12 @@ cursor, failed documents' ``_id``s in ``failed_document_samples``);
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+import functools
+import warnings
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, ParamSpec, TypeVar
 
 import pendulum
 
@@ -231,7 +233,7 @@ def registered_names(store: BackgroundStore) -> list[str]:
     return [state["_id"] for state in store.list_states()]
 
 
-def state_view(store: BackgroundStore, state: Document) -> dict[str, Any]:
+def status_json(store: BackgroundStore, state: Document) -> dict[str, Any]:
     """The JSON status of one background migration (see :class:`BackgroundStatusView`)."""
     return status_view(store, state).to_dict()
 
@@ -278,7 +280,7 @@ def status_view(store: BackgroundStore, state: Document) -> BackgroundStatusView
         plan=json_safe(
             {key: value for key, value in (state.get("plan") or {}).items() if key != "token"}
         ),
-        sharding=sharding_view(state),
+        sharding=sharding_json(state),
         created_at=_time(state.get("created_at")),
         started_at=_time(state.get("started_at")),
         pass_started_at=pass_started_at(state),
@@ -338,12 +340,12 @@ def partition_of(partition: Document) -> PartitionView:
     )
 
 
-def partition_view(partition: Document) -> dict[str, Any]:
+def partition_json(partition: Document) -> dict[str, Any]:
     """The JSON of one partition (see :class:`PartitionView`)."""
     return partition_of(partition).to_dict()
 
 
-def history_view(state: Document) -> list[dict[str, Any]]:
+def history_json(state: Document) -> list[dict[str, Any]]:
     """The control history, oldest first: action, from, to, who, why, when."""
     return [json_safe(entry) for entry in state.get("history") or []]
 
@@ -419,7 +421,7 @@ def eta_seconds(state: Document, done_now: int, estimate: int, rate: float | Non
     return round((estimate - done_now) / rate, 1)
 
 
-def sharding_view(state: Document) -> dict[str, Any] | None:
+def sharding_json(state: Document) -> dict[str, Any] | None:
     """How the current plan split the collection: ``{mode, key, groups}``.
 
     ``mode`` is ``off`` (by ``_id``, not sharded or shard-awareness off),
@@ -464,3 +466,32 @@ def _document_errors(entries: Sequence[Any]) -> tuple[DocumentError, ...]:
         for entry in entries
         if isinstance(entry, Mapping)
     )
+
+
+# -- old names ---------------------------------------------------------------------------
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _renamed(function: Callable[_P, _R], old: str) -> Callable[_P, _R]:
+    """``function`` under its old name, warning (``DeprecationWarning``) on each call."""
+
+    @functools.wraps(function)
+    def alias(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        warnings.warn(
+            f"{old} is deprecated: it returns JSON, not a view; use {function.__name__}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return function(*args, **kwargs)
+
+    return alias
+
+
+#: Deprecated names of :func:`status_json`, :func:`partition_json`, :func:`history_json`
+#: and :func:`sharding_json` (a ``*_view`` is a typed view; these return JSON).
+state_view = _renamed(status_json, "state_view")
+partition_view = _renamed(partition_json, "partition_view")
+history_view = _renamed(history_json, "history_view")
+sharding_view = _renamed(sharding_json, "sharding_view")
