@@ -5,7 +5,9 @@ with reads only: they create no index, unblock nothing and write nothing, so a
 viewer's page or a status command never changes the database. A view is frozen
 and typed (times are datetimes); its ``to_dict()`` is the JSON-safe shape the
 CLI's ``--json`` and :meth:`~migronaut_core.kit.Migronaut.background_status`
-print, with times as ISO text.
+print, with times as ISO text, derived from its fields' metadata
+(:mod:`migronaut_core.json_shape`). A ``*_view`` function returns a typed view,
+a ``*_json`` one JSON.
 
 Views never carry a lease's token, a resume token or a plan's token. Document
 values appear only where the JSON always showed them (a partition's scope and
