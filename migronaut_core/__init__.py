@@ -46,7 +46,12 @@ from migronaut_core.background.states import STATUSES as BACKGROUND_STATUSES
 from migronaut_core.background.states import Status as BackgroundStatus
 from migronaut_core.background.store.lanes import read_lanes, read_lanes_async
 from migronaut_core.background.telemetry import MetricsSink
-from migronaut_core.background.views import BackgroundStatusView, LanePacing, PartitionView
+from migronaut_core.background.views import (
+    BackgroundStatusView,
+    DocumentError,
+    LanePacing,
+    PartitionView,
+)
 from migronaut_core.baseline import BaselineResult
 from migronaut_core.bson_values import iso_time
 from migronaut_core.catalog import (
@@ -122,6 +127,7 @@ __all__ = [
     "ControlGuide",
     "ControlResult",
     "ConvergeReport",
+    "DocumentError",
     "DriftEventSettings",
     "DriftSignal",
     "Driver",

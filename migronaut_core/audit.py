@@ -31,7 +31,7 @@ Messages name migrations, collections, locks and times, never document values.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -39,6 +39,7 @@ from typing import Any, Literal
 from migronaut_core import files
 from migronaut_core.changelog import ChangelogRecord
 from migronaut_core.errors import MigronautError
+from migronaut_core.json_shape import to_json_dict
 from migronaut_core.lock import LockInfo
 from migronaut_core.targets import changed_since_applied
 
@@ -83,7 +84,7 @@ class Finding:
     severity: Severity
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return to_json_dict(self)
 
 
 def audit_runner(

@@ -23,6 +23,7 @@ from migronaut_core import files
 from migronaut_core.changelog import Actor, ChangelogRecord
 from migronaut_core.errors import BaselineConflictError
 from migronaut_core.files import LoadedMigration
+from migronaut_core.json_shape import to_json_dict
 from migronaut_core.lock import MongoLock
 from migronaut_core.runner import MigrationRunner, RunOptions, new_run_id, with_default_user
 from migronaut_core.targets import pending_targets
@@ -39,12 +40,7 @@ class BaselineResult:
     already_applied: tuple[str, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "to": self.to,
-            "adopted": list(self.adopted),
-            "already_applied": list(self.already_applied),
-        }
+        return to_json_dict(self)
 
 
 def baseline(

@@ -36,10 +36,11 @@ import sys
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from migronaut_core.checks import collection_name_problem, field_name_problem, read_toml
 from migronaut_core.errors import ConfigInvalidError
+from migronaut_core.json_shape import to_json_dict
 
 __all__ = [
     "DEFAULT_VERSION_FIELD",
@@ -68,7 +69,7 @@ class Versioning:
 
     def to_dict(self) -> dict[str, str | None]:
         """Return the ``{"field", "revision_field"}`` mapping a background spec is pinned to."""
-        return {"field": self.field, "revision_field": self.revision_field}
+        return cast("dict[str, str | None]", to_json_dict(self))
 
 
 @dataclass(frozen=True, slots=True)

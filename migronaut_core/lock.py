@@ -18,7 +18,7 @@ import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
 from typing import Any
@@ -29,6 +29,7 @@ from pymongo.collection import Collection
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
 from migronaut_core.errors import LockAlreadyHeldError, LockLostError
+from migronaut_core.json_shape import json_field, to_json_dict
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +47,8 @@ class LockInfo:
     host: str | None
     pid: int | None
     requested_by: str | None
-    acquired_at: datetime | None
-    expires_at: datetime
+    acquired_at: datetime | None = field(metadata=json_field(time="isoformat"))
+    expires_at: datetime = field(metadata=json_field(time="isoformat"))
     held: bool
 
     @property
@@ -56,16 +57,7 @@ class LockInfo:
         return not self.held and self.expires_at.replace(tzinfo=None) > _EPOCH
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "token": self.token,
-            "host": self.host,
-            "pid": self.pid,
-            "requested_by": self.requested_by,
-            "acquired_at": self.acquired_at.isoformat() if self.acquired_at else None,
-            "expires_at": self.expires_at.isoformat(),
-            "held": self.held,
-        }
+        return to_json_dict(self)
 
 
 class MongoLock:

@@ -12,12 +12,13 @@ is taken, no index created, no collection touched.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from migronaut_core import files
 from migronaut_core.errors import IrreversibleMigrationError, MigronautError
 from migronaut_core.files import LoadedMigration, MigrationKind
+from migronaut_core.json_shape import json_field, to_json_dict
 from migronaut_core.runner import Direction, MigrationRunner
 from migronaut_core.targets import (
     check_checksums,
@@ -48,19 +49,12 @@ class PlannedMigration:
     action: Action
     requires: tuple[str, ...] = ()
     waits_for: tuple[dict[str, str], ...] = ()
-    refusal: MigronautError | None = None
+    refusal: MigronautError | None = field(
+        default=None, metadata=json_field(name="refused", omit="none")
+    )
 
     def to_dict(self) -> dict[str, Any]:
-        row: dict[str, Any] = {
-            "name": self.name,
-            "kind": self.kind,
-            "action": self.action,
-            "requires": list(self.requires),
-            "waits_for": [dict(entry) for entry in self.waits_for],
-        }
-        if self.refusal is not None:
-            row["refused"] = self.refusal.to_dict()
-        return row
+        return to_json_dict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,14 +64,10 @@ class RunPlan:
 
     direction: Direction
     migrations: tuple[PlannedMigration, ...]
-    refusal: MigronautError | None = None
+    refusal: MigronautError | None = field(default=None, metadata=json_field(name="refused"))
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "direction": self.direction,
-            "migrations": [item.to_dict() for item in self.migrations],
-            "refused": None if self.refusal is None else self.refusal.to_dict(),
-        }
+        return to_json_dict(self)
 
 
 def plan_up(

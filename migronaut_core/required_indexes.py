@@ -12,12 +12,13 @@ which the version-index rule uses too.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pymongo.database import Database
 
 from migronaut_core.errors import IndexMissingError
+from migronaut_core.json_shape import json_field, to_json_dict
 
 __all__ = [
     "RequiredIndex",
@@ -63,9 +64,9 @@ class RequiredIndex:
 
     collection: str
     key: tuple[tuple[str, Any], ...]
-    name: str | None = None
-    unique: bool = False
-    partial: Mapping[str, Any] | None = None
+    name: str | None = field(default=None, metadata=json_field(omit="always"))
+    unique: bool = field(default=False, metadata=json_field(omit="empty"))
+    partial: Mapping[str, Any] | None = field(default=None, metadata=json_field(omit="none"))
 
     def options(self) -> dict[str, Any]:
         """The ``create_index`` options."""
@@ -89,15 +90,7 @@ class RequiredIndex:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape an error carries: collection, key, and options when it has some."""
-        shown: dict[str, Any] = {
-            "collection": self.collection,
-            "key": [[field, direction] for field, direction in self.key],
-        }
-        if self.unique:
-            shown["unique"] = True
-        if self.partial is not None:
-            shown["partial"] = dict(self.partial)
-        return shown
+        return to_json_dict(self)
 
     def describe(self) -> str:
         """``collection {field: 1, …}`` and its options, for a message."""

@@ -51,6 +51,7 @@ from migronaut_core.errors import (
     TransactionsUnsupportedError,
 )
 from migronaut_core.files import LoadedMigration, MigrationFile, MigrationKind
+from migronaut_core.json_shape import json_field, to_json_dict
 from migronaut_core.lock import MongoLock
 from migronaut_core.targets import (
     check_checksums,
@@ -92,16 +93,10 @@ class MigrationResult:
     kind: MigrationKind
     status: Literal["applied", "reverted", "registered", "withdrawn", "waiting"]
     duration_ms: int
-    details: dict[str, Any] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict, metadata=json_field(omit="empty"))
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "kind": self.kind,
-            "status": self.status,
-            "duration_ms": self.duration_ms,
-            **({"details": self.details} if self.details else {}),
-        }
+        return to_json_dict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,12 +109,7 @@ class RunResult:
     stopped_at: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "direction": self.direction,
-            "migrations": [result.to_dict() for result in self.migrations],
-            "stopped_at": self.stopped_at,
-        }
+        return to_json_dict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,27 +120,13 @@ class StatusRow:
     checksum_ok: bool | None
     kind: MigrationKind | None
     description: str | None
-    file_missing: bool = False
-    last_error: dict[str, Any] | None = None
+    file_missing: bool = field(default=False, metadata=json_field(omit="empty"))
+    last_error: dict[str, Any] | None = field(default=None, metadata=json_field(omit="empty"))
     #: Applied by a baseline, never run (see :func:`~migronaut_core.baseline.baseline`).
-    adopted: bool = False
+    adopted: bool = field(default=False, metadata=json_field(omit="empty"))
 
     def to_dict(self) -> dict[str, Any]:
-        row: dict[str, Any] = {
-            "name": self.name,
-            "status": self.status,
-            "applied_at": self.applied_at,
-            "checksum_ok": self.checksum_ok,
-            "kind": self.kind,
-            "description": self.description,
-        }
-        if self.file_missing:
-            row["file_missing"] = True
-        if self.last_error:
-            row["last_error"] = self.last_error
-        if self.adopted:
-            row["adopted"] = True
-        return row
+        return to_json_dict(self)
 
 
 class BackgroundHooks(Protocol):

@@ -4,15 +4,49 @@ Every model lists its fields explicitly: what the engine's views return beyond
 them (scope bounds, cursors, failed ``_id``s, the spec's filter) is dropped on
 the way out, because those are document values or may be. Only identifiers,
 counts, statuses, times, and texts the engine already scrubbed leave the server.
+
+The models of a status are read from the core's typed views by attribute
+(``model_validate(view, from_attributes=True)``, see :mod:`.readings`): a field
+named like the view's attribute takes it; times become ISO text (:data:`IsoTime`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, AliasPath, BaseModel, BeforeValidator, ConfigDict, Field
 
-from migronaut_core import ControlAction
+from migronaut_core import ControlAction, iso_time
+
+
+def _iso(value: Any) -> Any:
+    return iso_time(value) if isinstance(value, datetime) else value
+
+
+def _text(value: Any) -> Any:
+    return None if value is None else str(value)
+
+
+def _str_only(value: Any) -> Any:
+    return value if isinstance(value, str) else None
+
+
+def _mapping_only(value: Any) -> Any:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _zero_if_unset(value: Any) -> Any:
+    return value or 0
+
+
+#: A view's datetime as ISO text in UTC (text given as it is).
+IsoTime = Annotated[str | None, BeforeValidator(_iso)]
+#: A view's text, anything else given as its ``str`` (None kept).
+Text = Annotated[str | None, BeforeValidator(_text)]
+#: A stored value shown only when it is text (a scope's kind, bracket, group).
+TextOnly = Annotated[str | None, BeforeValidator(_str_only)]
 
 #: Where a partition's cursor is, without its value (an ``_id``, a shard key or a checkpoint).
 CursorPosition = Literal["start", "moving", "end"]
@@ -67,7 +101,7 @@ class Throughput(BaseModel):
 class MigrationSummary(BaseModel):
     """One background migration as the list shows it."""
 
-    model_config = ConfigDict(populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True, from_attributes=True)
 
     name: str
     target: str = Field("default", description="the target (database) it belongs to")
@@ -86,21 +120,24 @@ class MigrationSummary(BaseModel):
     pass_number: int = Field(alias="pass", description="the pass being run (1 for the first)")
     generation: int
     progress: Progress
-    processed: int = Field(description="documents done so far in this pass (progress.done)")
+    processed: int = Field(
+        validation_alias=AliasChoices("processed", AliasPath("progress", "done")),
+        description="documents done so far in this pass (progress.done)",
+    )
     eta_seconds: float | None
     live_leases: int = Field(description="lanes holding a live lease now")
     max_parallel: int | None = None
     partition_counts: dict[str, int] = Field(description="partitions of this pass by status")
     failed_documents: int
-    last_error: str | None = None
+    last_error: Text = None
     waits_for: list[str] = Field(description="required migrations not completed yet (blocked)")
     requires: list[str]
     throughput: Throughput
-    created_at: str | None = None
-    started_at: str | None = None
-    completed_at: str | None = None
-    updated_at: str | None = None
-    last_progress_at: str | None = None
+    created_at: IsoTime = None
+    started_at: IsoTime = None
+    completed_at: IsoTime = None
+    updated_at: IsoTime = None
+    last_progress_at: IsoTime = None
 
 
 class MigrationList(BaseModel):
@@ -118,15 +155,15 @@ class LeaseHolder(BaseModel):
 
     owner: str | None = None
     slot: int | None = None
-    renewed_at: str | None = None
+    renewed_at: IsoTime = None
 
 
 class ScopeSummary(BaseModel):
     """What kind of range a partition covers, without its bounds."""
 
-    kind: str | None = None
-    bracket: str | None = Field(None, description="the _id type bracket of an id range")
-    group: str | None = Field(None, description="the shard of a shard-aware plan")
+    kind: TextOnly = None
+    bracket: TextOnly = Field(None, description="the _id type bracket of an id range")
+    group: TextOnly = Field(None, description="the shard of a shard-aware plan")
 
 
 class LaneThrottle(BaseModel):
@@ -135,19 +172,25 @@ class LaneThrottle(BaseModel):
 
 
 class PartitionRow(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
     id: str
     index: int | None = None
     status: str | None = None
-    scope: ScopeSummary
+    scope: Annotated[ScopeSummary, BeforeValidator(_mapping_only)]
     cursor: CursorPosition
     scanned: int
     counters: dict[str, int]
     failed_documents: int
-    slice_failures: int
-    last_error: str | None = None
+    slice_failures: Annotated[int, BeforeValidator(_zero_if_unset)]
+    last_error: Text = None
     lease: LeaseHolder | None = None
-    throttle: LaneThrottle | None = Field(None, description="the adaptive state a lane stored")
-    updated_at: str | None = None
+    throttle: LaneThrottle | None = Field(
+        None,
+        validation_alias=AliasChoices("throttle", "pacing"),
+        description="the adaptive state a lane stored",
+    )
+    updated_at: IsoTime = None
 
 
 class HistoryEntry(BaseModel):
@@ -155,12 +198,12 @@ class HistoryEntry(BaseModel):
 
     model_config = ConfigDict(populate_by_name=True)
 
-    action: str | None = None
-    from_status: str | None = Field(None, alias="from")
-    to: str | None = None
-    by: str | None = None
-    reason: str | None = None
-    at: str | None = None
+    action: Text = None
+    from_status: Text = Field(None, alias="from")
+    to: Text = None
+    by: Text = None
+    reason: Text = None
+    at: Text = None
     details: dict[str, bool | int | str] = Field(
         default_factory=dict, description="what an unlock or repin did (lock, leases, replan)"
     )
@@ -215,19 +258,19 @@ class Drift(BaseModel):
 
 
 class PlanSummary(BaseModel):
-    partitioner: str | None = None
-    method: str | None = None
+    partitioner: Text = None
+    method: Text = None
     estimate: int | None = None
     at_least: bool = False
     approximate: bool = False
     degraded: bool = False
-    sharding: str | None = Field(None, description="off, untargeted, chunks or sampled")
+    sharding: Text = Field(None, description="off, untargeted, chunks or sampled")
 
 
 class CoordinatorSeen(BaseModel):
-    kind: str | None = None
-    ref: str | None = None
-    at: str | None = None
+    kind: Text = None
+    ref: Text = None
+    at: Text = None
 
 
 class FailureReason(BaseModel):

@@ -3,31 +3,29 @@
 The views come from :meth:`~migronaut_core.kit.Migronaut.background_status_views`
 and friends, which only read: nothing is created or moved here — no index, no
 unblocking — so a viewer's page never writes to MongoDB. The models of
-:mod:`.models` then keep only what may leave the server: scope bounds, cursors,
-checkpoints, failed ``_id``s and the spec's filter stay behind.
+:mod:`.models` are read from the views by attribute (``from_attributes``), and
+keep only what may leave the server: scope bounds, cursors, checkpoints, failed
+``_id``s and the spec's filter stay behind. What the UI adds to a view (the
+target, the sampled throughput) or derives from it (the DAG id, a cursor's
+position) are attributes and properties of a reading wrapped around the view.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from migronaut_airflow.plugins.models import (
     AdaptiveThrottle,
-    CoordinatorSeen,
     CursorPosition,
     Drift,
-    FailureReason,
     HistoryEntry,
     LaneThrottle,
-    LeaseHolder,
     MigrationDetail,
     MigrationSummary,
-    PartitionRow,
     Permissions,
     PlanSummary,
-    Progress,
-    ScopeSummary,
     ThrottleState,
     Throughput,
     ThroughputPoint,
@@ -41,7 +39,13 @@ from migronaut_airflow.plugins.throughput import (
     recent_rate,
 )
 from migronaut_airflow.targets import DEFAULT_TARGET, dag_id_for
-from migronaut_core import BackgroundStatusView, LanePacing, Migronaut, PartitionView, iso_time
+from migronaut_core import (
+    BackgroundStatusView,
+    DocumentError,
+    LanePacing,
+    Migronaut,
+    PartitionView,
+)
 from migronaut_core.errors import NotAppliedError
 
 #: Failure reasons a detail lists (newest).
@@ -64,7 +68,10 @@ def summaries(
 ) -> list[MigrationSummary]:
     """The summaries of ``names`` (optionally only those in ``statuses``), oldest first."""
     views = kit.background_status_views(names=names, statuses=statuses)
-    return [MigrationSummary(**_summary_fields(view, sampler, target)) for view in views]
+    return [
+        MigrationSummary.model_validate(_reading(view, sampler, target), from_attributes=True)
+        for view in views
+    ]
 
 
 def detail(
@@ -83,63 +90,90 @@ def detail(
         raise NotAppliedError(f"background migration {name} is not registered", {"migration": name})
     history = [history_entry(entry) for entry in kit.background_history(name)]
     watch = kit.background_watch_status(view.collection) if view.collection else None
-    return MigrationDetail(
-        **_summary_fields(view, sampler, target),
-        totals={key: int(value) for key, value in view.totals.items()},
-        plan=plan_summary(view),
-        coordinator=coordinator_seen(view),
-        round=view.round,
-        partitions=[partition_row(partition) for partition in view.partitions],
+    reading = _DetailReading(
+        view=view,
+        target=target,
+        throughput=_reading(view, sampler, target).throughput,
         history=history,
-        throttle=throttle_state(view),
         drift=Drift(
             watch=[WatchRow(**watch)] if watch else [],
             reopened=sum(1 for entry in history if entry.action == "reopen"),
         ),
-        failure_reasons=failure_reasons(view),
         permissions=permissions,
     )
+    return MigrationDetail.model_validate(reading, from_attributes=True)
 
 
-def _summary_fields(
-    view: BackgroundStatusView, sampler: ThroughputSampler, target: str
-) -> dict[str, Any]:
-    shown = view.progress
-    samples = sampler.observe(f"{target}/{view.name}", view.generation, shown.done)
-    flow = throughput(view, samples, sampler.now())
-    return {
-        "name": view.name,
-        "target": target,
-        "dag_id": dag_id_for(view.name, target),
-        "status": view.status,
-        "phase": view.phase,
-        "direction": view.direction,
-        "mode": view.mode,
-        "runs_as": view.runs_as,
-        "collection": view.collection,
-        "description": view.description,
-        "pass": view.pass_number,
-        "generation": view.generation,
-        "progress": Progress(**shown.to_dict()),
-        "processed": shown.done,
-        "eta_seconds": view.eta_seconds,
-        "live_leases": view.live_leases,
-        "max_parallel": view.max_parallel,
-        "partition_counts": dict(view.partition_counts),
-        "failed_documents": view.failed_documents,
-        "last_error": _text(view.last_error),
-        "waits_for": [str(item) for item in view.waits_for],
-        "requires": [str(item) for item in view.requires],
-        "throughput": flow,
-        **{key: iso_time(getattr(view, key)) for key in _TIMES},
-    }
+@dataclass(frozen=True, slots=True)
+class _Reading:
+    """A status view as the models read it (``from_attributes``): the view's attributes, what
+    the UI adds (the target, the sampled throughput) and what it derives (properties)."""
+
+    view: BackgroundStatusView
+    target: str
+    throughput: Throughput
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.view, name)
+
+    @property
+    def dag_id(self) -> str:
+        return dag_id_for(self.view.name, self.target)
 
 
-_TIMES = ("created_at", "started_at", "completed_at", "updated_at", "last_progress_at")
+@dataclass(frozen=True, slots=True)
+class _DetailReading(_Reading):
+    """A status view as the detail reads it, with its history, drift and permissions."""
+
+    history: list[HistoryEntry]
+    drift: Drift
+    permissions: Permissions
+
+    @property
+    def plan(self) -> PlanSummary | None:
+        return plan_summary(self.view)
+
+    @property
+    def coordinator(self) -> Mapping[str, Any] | None:
+        """Which driver stepped the migration last (a process, an Airflow run), and when."""
+        seen = self.view.coordinator
+        return seen if isinstance(seen, Mapping) else None
+
+    @property
+    def partitions(self) -> list[_PartitionReading]:
+        return [_PartitionReading(partition) for partition in self.view.partitions]
+
+    @property
+    def throttle(self) -> ThrottleState:
+        return throttle_state(self.view)
+
+    @property
+    def failure_reasons(self) -> tuple[DocumentError, ...]:
+        """Why documents failed (newest last), without their ``_id``s."""
+        return self.view.document_errors[-FAILURE_REASONS_SHOWN:]
 
 
-def _text(value: Any) -> str | None:
-    return None if value is None else str(value)
+@dataclass(frozen=True, slots=True)
+class _PartitionReading:
+    """A partition's view as its row reads it (never its bounds nor its cursor's value)."""
+
+    view: PartitionView
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.view, name)
+
+    @property
+    def cursor(self) -> CursorPosition:
+        return cursor_position(self.view)
+
+    @property
+    def scanned(self) -> int:
+        return int(self.view.counters.get("scanned", 0))
+
+
+def _reading(view: BackgroundStatusView, sampler: ThroughputSampler, target: str) -> _Reading:
+    samples = sampler.observe(f"{target}/{view.name}", view.generation, view.progress.done)
+    return _Reading(view=view, target=target, throughput=throughput(view, samples, sampler.now()))
 
 
 def throughput(view: BackgroundStatusView, samples: Sequence[Sample], now: float) -> Throughput:
@@ -155,36 +189,6 @@ def throughput(view: BackgroundStatusView, samples: Sequence[Sample], now: float
     )
 
 
-def partition_row(partition: PartitionView) -> PartitionRow:
-    """A partition without its bounds or cursor value: where its cursor is, counters, holder."""
-    scope = partition.scope if isinstance(partition.scope, Mapping) else {}
-    counters = {key: int(value) for key, value in partition.counters.items()}
-    lease = partition.lease
-    return PartitionRow(
-        id=partition.id,
-        index=partition.index,
-        status=partition.status,
-        scope=ScopeSummary(
-            kind=_str_or_none(scope.get("kind")),
-            bracket=_str_or_none(scope.get("bracket")),
-            group=_str_or_none(scope.get("group")),
-        ),
-        cursor=cursor_position(partition),
-        scanned=counters.get("scanned", 0),
-        counters=counters,
-        failed_documents=partition.failed_documents,
-        slice_failures=int(partition.slice_failures or 0),
-        last_error=_text(partition.last_error),
-        lease=LeaseHolder(**lease.to_dict()) if lease else None,
-        throttle=_lane_throttle(partition.pacing) if partition.pacing else None,
-        updated_at=iso_time(partition.updated_at),
-    )
-
-
-def _str_or_none(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
 def cursor_position(partition: PartitionView) -> CursorPosition:
     """``start`` before the first batch, ``end`` once done, ``moving`` in between."""
     if partition.status == "done":
@@ -193,7 +197,7 @@ def cursor_position(partition: PartitionView) -> CursorPosition:
 
 
 def _lane_throttle(pacing: LanePacing) -> LaneThrottle:
-    return LaneThrottle(batch_size=pacing.batch_size, pause_ms=pacing.pause_ms)
+    return LaneThrottle.model_validate(pacing, from_attributes=True)
 
 
 def history_entry(entry: Mapping[str, Any]) -> HistoryEntry:
@@ -201,28 +205,18 @@ def history_entry(entry: Mapping[str, Any]) -> HistoryEntry:
     ``requested_by``; both are the user."""
     return HistoryEntry.model_validate(
         {
-            "action": _text(entry.get("action")),
-            "from": _text(entry.get("from")),
-            "to": _text(entry.get("to")),
-            "by": _text(entry.get("by") or entry.get("requested_by")),
-            "reason": _text(entry.get("reason")),
-            "at": _text(entry.get("at")),
+            "action": entry.get("action"),
+            "from": entry.get("from"),
+            "to": entry.get("to"),
+            "by": entry.get("by") or entry.get("requested_by"),
+            "reason": entry.get("reason"),
+            "at": entry.get("at"),
             "details": {
                 key: entry[key]
                 for key in _HISTORY_DETAILS
                 if isinstance(entry.get(key), bool | int | str)
             },
         }
-    )
-
-
-def coordinator_seen(view: BackgroundStatusView) -> CoordinatorSeen | None:
-    """Which driver stepped the migration last (a process, an Airflow run), and when."""
-    seen = view.coordinator
-    if not isinstance(seen, Mapping):
-        return None
-    return CoordinatorSeen(
-        kind=_text(seen.get("kind")), ref=_text(seen.get("ref")), at=_text(seen.get("at"))
     )
 
 
@@ -233,13 +227,13 @@ def plan_summary(view: BackgroundStatusView) -> PlanSummary | None:
         return None
     sharding = view.sharding or {}
     return PlanSummary(
-        partitioner=_text(plan.get("partitioner")),
-        method=_text(plan.get("method")),
+        partitioner=plan.get("partitioner"),
+        method=plan.get("method"),
         estimate=plan.get("estimate"),
         at_least=bool(plan.get("at_least")),
         approximate=bool(plan.get("approximate")),
         degraded=bool(plan.get("degraded")),
-        sharding=_text(sharding.get("mode")),
+        sharding=sharding.get("mode"),
     )
 
 
@@ -255,11 +249,3 @@ def throttle_state(view: BackgroundStatusView) -> ThrottleState:
         adaptive=AdaptiveThrottle(**pacing.adaptive) if pacing.adaptive is not None else None,
         lanes=[_lane_throttle(p.pacing) for p in leased if p.pacing is not None],
     )
-
-
-def failure_reasons(view: BackgroundStatusView) -> list[FailureReason]:
-    """Why documents failed (newest last), without their ``_id``s."""
-    return [
-        FailureReason(reason=error.reason, error=error.error)
-        for error in view.document_errors[-FAILURE_REASONS_SHOWN:]
-    ]

@@ -52,6 +52,7 @@ from migronaut_core.errors import (
     MigrationFileNotFoundError,
     TransactionsUnsupportedError,
 )
+from migronaut_core.json_shape import json_field, to_json_dict
 
 log = logging.getLogger("migronaut_core.background")
 
@@ -94,17 +95,17 @@ class Answer:
     """A coordinator step's answer."""
 
     next: NextStep
-    status: str | None = None
+    status: str | None = field(default=None, metadata=json_field(omit="none"))
     lanes: int = 0
     retry_after_ms: int = 0
-    reason: str | None = None
-    generation: int | None = None
+    reason: str | None = field(default=None, metadata=json_field(omit="none"))
+    generation: int | None = field(default=None, metadata=json_field(omit="none"))
     #: The current plan's token (a process answer): what the lanes of this round work.
-    plan: str | None = None
-    counts: dict[str, int] | None = None
-    round: int | None = None
-    waits_for: list[str] = field(default_factory=list)
-    error: str | None = None
+    plan: str | None = field(default=None, metadata=json_field(omit="none"))
+    counts: dict[str, int] | None = field(default=None, metadata=json_field(omit="none"))
+    round: int | None = field(default=None, metadata=json_field(omit="none"))
+    waits_for: list[str] = field(default_factory=list, metadata=json_field(omit="empty"))
+    error: str | None = field(default=None, metadata=json_field(omit="none"))
 
     @property
     def ends_driving(self) -> bool:
@@ -118,20 +119,7 @@ class Answer:
         return self.next in ("wait", "busy")
 
     def to_dict(self) -> dict[str, Any]:
-        data = {
-            "next": self.next,
-            "status": self.status,
-            "lanes": self.lanes,
-            "retry_after_ms": self.retry_after_ms,
-            "reason": self.reason,
-            "generation": self.generation,
-            "plan": self.plan,
-            "counts": self.counts,
-            "round": self.round,
-            "waits_for": self.waits_for,
-            "error": self.error,
-        }
-        return {key: value for key, value in data.items() if value not in (None, [])}
+        return to_json_dict(self)
 
 
 def stalled_for(

@@ -5,7 +5,9 @@ with reads only: they create no index, unblock nothing and write nothing, so a
 viewer's page or a status command never changes the database. A view is frozen
 and typed (times are datetimes); its ``to_dict()`` is the JSON-safe shape the
 CLI's ``--json`` and :meth:`~migronaut_core.kit.Migronaut.background_status`
-print, with times as ISO text.
+print, with times as ISO text, derived from its fields' metadata
+(:mod:`migronaut_core.json_shape`). A ``*_view`` function returns a typed view,
+a ``*_json`` one JSON.
 
 Views never carry a lease's token, a resume token or a plan's token. Document
 values appear only where the JSON always showed them (a partition's scope and
@@ -15,14 +17,17 @@ cursor, failed documents' ``_id``s in ``failed_document_samples``);
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+import functools
+import warnings
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, ParamSpec, TypeVar
 
 import pendulum
 
-from migronaut_core.bson_values import iso_time, json_safe
+from migronaut_core.bson_values import json_safe
+from migronaut_core.json_shape import json_field, to_json_dict
 
 if TYPE_CHECKING:
     from migronaut_core.background.store import BackgroundStore
@@ -73,14 +78,7 @@ class ProgressView:
     source: ProgressSource = "plan"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "estimate": self.estimate,
-            "at_least": self.at_least,
-            "approximate": self.approximate,
-            "done": self.done,
-            "percent": self.percent,
-            "source": self.source,
-        }
+        return to_json_dict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +90,7 @@ class LeaseView:
     renewed_at: datetime | None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"owner": self.owner, "slot": self.slot, "renewed_at": iso_time(self.renewed_at)}
+        return to_json_dict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,26 +136,12 @@ class PartitionView:
     last_error: str | None
     lease: LeaseView | None
     updated_at: datetime | None
-    pacing: LanePacing | None
-    document_errors: tuple[DocumentError, ...]
+    pacing: LanePacing | None = field(metadata=json_field(omit="always"))
+    document_errors: tuple[DocumentError, ...] = field(metadata=json_field(omit="always"))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape: no pacing or document errors (see the status view for those)."""
-        return {
-            "id": self.id,
-            "generation": self.generation,
-            "index": self.index,
-            "status": self.status,
-            "scope": self.scope,
-            "group": self.group,
-            "cursor": self.cursor,
-            "counters": dict(self.counters),
-            "failed_documents": self.failed_documents,
-            "slice_failures": self.slice_failures,
-            "last_error": self.last_error,
-            "lease": None if self.lease is None else self.lease.to_dict(),
-            "updated_at": iso_time(self.updated_at),
-        }
+        return to_json_dict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,13 +170,13 @@ class BackgroundStatusView:
     runs_as: RunsAs | None
     collection: str | None
     description: str | None
-    pass_number: int
+    pass_number: int = field(metadata=json_field(name="pass"))
     generation: int
     progress: ProgressView
     eta_seconds: float | None
-    average_docs_per_second: float | None
+    average_docs_per_second: float | None = field(metadata=json_field(omit="always"))
     totals: Mapping[str, int]
-    partition_counts: Mapping[str, int]
+    partition_counts: Mapping[str, int] = field(metadata=json_field(name="partitions"))
     live_leases: int
     failed_documents: int
     failed_document_samples: tuple[Mapping[str, Any], ...]
@@ -210,47 +194,15 @@ class BackgroundStatusView:
     failed_at: datetime | None
     updated_at: datetime | None
     last_progress_at: datetime | None
-    max_parallel: int | None
-    pacing: PacingView
-    partitions: tuple[PartitionView, ...]
-    pass_failed_documents: int
-    document_errors: tuple[DocumentError, ...]
+    max_parallel: int | None = field(metadata=json_field(omit="always"))
+    pacing: PacingView = field(metadata=json_field(omit="always"))
+    partitions: tuple[PartitionView, ...] = field(metadata=json_field(omit="always"))
+    pass_failed_documents: int = field(metadata=json_field(omit="always"))
+    document_errors: tuple[DocumentError, ...] = field(metadata=json_field(omit="always"))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape of the CLI and the kit's ``background_status``."""
-        return {
-            "name": self.name,
-            "status": self.status,
-            "phase": self.phase,
-            "direction": self.direction,
-            "mode": self.mode,
-            "runs_as": self.runs_as,
-            "collection": self.collection,
-            "description": self.description,
-            "pass": self.pass_number,
-            "generation": self.generation,
-            "progress": self.progress.to_dict(),
-            "eta_seconds": self.eta_seconds,
-            "totals": dict(self.totals),
-            "partitions": dict(self.partition_counts),
-            "live_leases": self.live_leases,
-            "failed_documents": self.failed_documents,
-            "failed_document_samples": [dict(sample) for sample in self.failed_document_samples],
-            "last_error": self.last_error,
-            "waits_for": list(self.waits_for),
-            "requires": list(self.requires),
-            "coordinator": self.coordinator,
-            "round": self.round,
-            "plan": dict(self.plan),
-            "sharding": None if self.sharding is None else dict(self.sharding),
-            "created_at": iso_time(self.created_at),
-            "started_at": iso_time(self.started_at),
-            "pass_started_at": iso_time(self.pass_started_at),
-            "completed_at": iso_time(self.completed_at),
-            "failed_at": iso_time(self.failed_at),
-            "updated_at": iso_time(self.updated_at),
-            "last_progress_at": iso_time(self.last_progress_at),
-        }
+        return to_json_dict(self)
 
 
 # -- reading ---------------------------------------------------------------------------
@@ -283,7 +235,7 @@ def registered_names(store: BackgroundStore) -> list[str]:
     return [state["_id"] for state in store.list_states()]
 
 
-def state_view(store: BackgroundStore, state: Document) -> dict[str, Any]:
+def status_json(store: BackgroundStore, state: Document) -> dict[str, Any]:
     """The JSON status of one background migration (see :class:`BackgroundStatusView`)."""
     return status_view(store, state).to_dict()
 
@@ -330,7 +282,7 @@ def status_view(store: BackgroundStore, state: Document) -> BackgroundStatusView
         plan=json_safe(
             {key: value for key, value in (state.get("plan") or {}).items() if key != "token"}
         ),
-        sharding=sharding_view(state),
+        sharding=sharding_json(state),
         created_at=_time(state.get("created_at")),
         started_at=_time(state.get("started_at")),
         pass_started_at=pass_started_at(state),
@@ -390,12 +342,12 @@ def partition_of(partition: Document) -> PartitionView:
     )
 
 
-def partition_view(partition: Document) -> dict[str, Any]:
+def partition_json(partition: Document) -> dict[str, Any]:
     """The JSON of one partition (see :class:`PartitionView`)."""
     return partition_of(partition).to_dict()
 
 
-def history_view(state: Document) -> list[dict[str, Any]]:
+def history_json(state: Document) -> list[dict[str, Any]]:
     """The control history, oldest first: action, from, to, who, why, when."""
     return [json_safe(entry) for entry in state.get("history") or []]
 
@@ -471,7 +423,7 @@ def eta_seconds(state: Document, done_now: int, estimate: int, rate: float | Non
     return round((estimate - done_now) / rate, 1)
 
 
-def sharding_view(state: Document) -> dict[str, Any] | None:
+def sharding_json(state: Document) -> dict[str, Any] | None:
     """How the current plan split the collection: ``{mode, key, groups}``.
 
     ``mode`` is ``off`` (by ``_id``, not sharded or shard-awareness off),
@@ -516,3 +468,32 @@ def _document_errors(entries: Sequence[Any]) -> tuple[DocumentError, ...]:
         for entry in entries
         if isinstance(entry, Mapping)
     )
+
+
+# -- old names ---------------------------------------------------------------------------
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _renamed(function: Callable[_P, _R], old: str) -> Callable[_P, _R]:
+    """``function`` under its old name, warning (``DeprecationWarning``) on each call."""
+
+    @functools.wraps(function)
+    def alias(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        warnings.warn(
+            f"{old} is deprecated: it returns JSON, not a view; use {function.__name__}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return function(*args, **kwargs)
+
+    return alias
+
+
+#: Deprecated names of :func:`status_json`, :func:`partition_json`, :func:`history_json`
+#: and :func:`sharding_json` (a ``*_view`` is a typed view; these return JSON).
+state_view = _renamed(status_json, "state_view")
+partition_view = _renamed(partition_json, "partition_view")
+history_view = _renamed(history_json, "history_view")
+sharding_view = _renamed(sharding_json, "sharding_view")

@@ -34,7 +34,7 @@ NOT_COMPLETED_EXIT = 12
 
 def status(kit: Migronaut, args: argparse.Namespace) -> int:
     """Print the status of one background migration, or of all."""
-    views = [_registered_view(kit, args.name)] if args.name else kit.background_status()
+    views = [_registered_status(kit, args.name)] if args.name else kit.background_status()
     if args.json:
         emit(views[0] if args.name else views)
     else:
@@ -167,7 +167,7 @@ def watch_status(kit: Migronaut, args: argparse.Namespace) -> int:
 def run(kit: Migronaut, args: argparse.Namespace) -> int:
     """Drive one from this process until it stops (one round with ``--once``)."""
     token = CancelToken()
-    progress = RunProgress(args.name, _registered_view(kit, args.name))
+    progress = RunProgress(args.name, _registered_status(kit, args.name))
     unsubscribe = [kit.on(event, progress) for event in RunProgress.EVENTS]
     try:
         with progress, cancel_on_interrupt(token, args.name):
@@ -243,7 +243,7 @@ def control(kit: Migronaut, args: argparse.Namespace) -> int:
     """Pause, resume, cancel, retry, repin or unlock one; print what changed."""
     command, name = args.background_command, args.name
     action = check_control("retry_from_start" if getattr(args, "from_start", False) else command)
-    before = _registered_view(kit, name).get("status")
+    before = _registered_status(kit, name).get("status")
     result = kit.control_background(
         name,
         action,
@@ -259,7 +259,7 @@ def control(kit: Migronaut, args: argparse.Namespace) -> int:
     return 0
 
 
-def _registered_view(kit: Migronaut, name: str) -> dict[str, Any]:
+def _registered_status(kit: Migronaut, name: str) -> dict[str, Any]:
     view: dict[str, Any] | None = kit.background_status(name)
     if view is None:
         raise NotAppliedError(

@@ -35,8 +35,8 @@ from migronaut_core.background.spec import check_slice_ms
 from migronaut_core.background.states import transition
 from migronaut_core.background.views import (
     BackgroundStatusView,
-    history_view,
-    partition_view,
+    history_json,
+    partition_json,
     read_status,
     read_statuses,
     registered_names,
@@ -176,11 +176,11 @@ class BackgroundOperations(KitBase):
         """The partitions of the current generation: scope, cursor, counters, lease holder."""
         state = self._registered(name)
         partitions = self.runtime.store.list_partitions(name, generation=state["generation"])
-        return [partition_view(partition) for partition in partitions]
+        return [partition_json(partition) for partition in partitions]
 
     def background_history(self, name: str) -> list[dict[str, Any]]:
         """The control history: action, from, to, who, why, when."""
-        return history_view(self._registered(name))
+        return history_json(self._registered(name))
 
     # -- controls ------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Final, Literal, get_args
 
@@ -28,6 +28,7 @@ from migronaut_core.background.spec import Direction, match_hash, read_stored
 from migronaut_core.background.states import TERMINAL, transition
 from migronaut_core.changelog import Actor
 from migronaut_core.errors import BackgroundConflictError, ConfigInvalidError, NotAppliedError
+from migronaut_core.json_shape import json_field, to_json_dict
 
 log = logging.getLogger("migronaut_core.background")
 
@@ -141,19 +142,14 @@ class ControlResult:
 
     applied: Literal["changed", "unchanged"]
     status: str
-    replan: bool | None = None
-    stopped: bool | None = None
-    lock: bool | None = None
-    leases: int | None = None
-    may_run: bool = False
+    replan: bool | None = field(default=None, metadata=json_field(omit="none"))
+    stopped: bool | None = field(default=None, metadata=json_field(omit="none"))
+    lock: bool | None = field(default=None, metadata=json_field(omit="none"))
+    leases: int | None = field(default=None, metadata=json_field(omit="none"))
+    may_run: bool = field(default=False, metadata=json_field(omit="always"))
 
     def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"applied": self.applied, "status": self.status}
-        for key in ("replan", "stopped", "lock", "leases"):
-            value = getattr(self, key)
-            if value is not None:
-                data[key] = value
-        return data
+        return to_json_dict(self)
 
 
 def settled(action: ControlAction, result: ControlResult) -> ControlResult:

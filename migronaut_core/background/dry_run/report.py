@@ -6,11 +6,12 @@ document value, only ``_id``s, field names, counts and value-free error texts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from migronaut_core.background.spec import Direction
 from migronaut_core.bson_values import json_safe
+from migronaut_core.json_shape import to_json_dict
 
 __all__ = ["DocumentPreview", "DryRunReport", "Method", "StepDryRunReport"]
 
@@ -131,17 +132,12 @@ class StepDryRunReport:
     """
 
     migration: str
+    #: Always ``step`` (a declarative migration's dry run is a :class:`DryRunReport`).
+    mode: Literal["step"] = field(default="step", init=False)
     direction: str
     status: str | None
     from_checkpoint: bool
     steps: tuple[dict[str, Any], ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "migration": self.migration,
-            "mode": "step",
-            "direction": self.direction,
-            "status": self.status,
-            "from_checkpoint": self.from_checkpoint,
-            "steps": [dict(step) for step in self.steps],
-        }
+        return to_json_dict(self)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from migronaut_core.background.indexes.prune import PruneReport, prune
@@ -30,6 +30,7 @@ from migronaut_core.background.indexes.rules import (
 )
 from migronaut_core.definitions import CollectionDefinition
 from migronaut_core.errors import ConfigInvalidError
+from migronaut_core.json_shape import json_field, to_json, to_json_dict
 from migronaut_core.required_indexes import RequiredIndex, missing_error
 
 if TYPE_CHECKING:
@@ -63,19 +64,10 @@ class IndexReport:
     index: dict[str, Any] | None = None
     name: str | None = None
     sharding: str = "off"
-    note: str | None = None
+    note: str | None = field(default=None, metadata=json_field(omit="none"))
 
     def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "collection": self.collection,
-            "action": self.action,
-            "index": self.index,
-            "name": self.name,
-            "sharding": self.sharding,
-        }
-        if self.note is not None:
-            data["note"] = self.note
-        return data
+        return to_json_dict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,10 +88,12 @@ class ConvergeReport:
         return tuple(item for item in self.pruned if item.action == "dropped")
 
     def to_dict(self) -> dict[str, Any]:
+        """Each collection's and each pruned index's report, with how many were created and
+        dropped."""
         return {
-            "collections": [item.to_dict() for item in self.collections],
+            "collections": to_json(self.collections),
             "created": len(self.created),
-            "pruned": [item.to_dict() for item in self.pruned],
+            "pruned": to_json(self.pruned),
             "dropped": len(self.dropped),
         }
 

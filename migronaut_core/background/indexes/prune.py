@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from pymongo.errors import OperationFailure, PyMongoError
@@ -26,6 +26,7 @@ from pymongo.errors import OperationFailure, PyMongoError
 from migronaut_core.background.indexes.rules import IndexKey, drop_refusal, same_index_key
 from migronaut_core.background.planning.shard import UNKNOWN
 from migronaut_core.errors import MigronautError
+from migronaut_core.json_shape import json_field, to_json_dict
 
 if TYPE_CHECKING:
     from migronaut_core.background.runtime import Runtime
@@ -51,18 +52,10 @@ class PruneReport:
     name: str
     index: dict[str, Any]
     action: Literal["dropped", "kept"]
-    note: str | None = None
+    note: str | None = field(default=None, metadata=json_field(omit="none"))
 
     def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "collection": self.collection,
-            "name": self.name,
-            "index": self.index,
-            "action": self.action,
-        }
-        if self.note is not None:
-            data["note"] = self.note
-        return data
+        return to_json_dict(self)
 
 
 def prune(

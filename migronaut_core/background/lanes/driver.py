@@ -22,7 +22,7 @@ from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.coordinator import Answer, Driver, coordinate
 from migronaut_core.background.lanes.lane import SliceResult, run_slice
 from migronaut_core.background.runtime import Runtime
-from migronaut_core.background.views import state_view
+from migronaut_core.background.views import status_json
 from migronaut_core.errors import (
     BackgroundFailedError,
     ChecksumMismatchError,
@@ -152,7 +152,7 @@ def drive(
         run_lanes(rt, name, lanes, slice_ms=slice_ms, cancel=token, on_slice=on_slice)
         if not until_done:
             state = rt.store.get(name)
-            return state_view(rt.store, state) if state else {"name": name, "status": None}
+            return status_json(rt.store, state) if state else {"name": name, "status": None}
 
 
 def _coordinate(rt: Runtime, name: str, token: CancelToken) -> Answer | None:
@@ -187,7 +187,7 @@ def _finished(rt: Runtime, name: str, status: str | None) -> dict[str, Any]:
         return {"name": name, "status": status or "unregistered"}
     if state["status"] == "failed":
         raise failed_error(state)
-    return state_view(rt.store, state)
+    return status_json(rt.store, state)
 
 
 def failed_error(state: dict[str, Any]) -> BackgroundFailedError:

@@ -57,6 +57,7 @@ from migronaut_core.errors import (
     MigrationFileNotFoundError,
     MigronautError,
 )
+from migronaut_core.json_shape import json_field, to_json_dict
 from migronaut_core.scrub import error_text
 from migronaut_core.server_errors import is_retryable_write
 
@@ -89,20 +90,15 @@ class SliceResult:
 
     outcome: SliceOutcome
     counters: dict[str, int] = field(default_factory=dict)
-    retry_after_ms: int | None = None
-    error: str | None = None
+    retry_after_ms: int | None = field(default=None, metadata=json_field(omit="none"))
+    error: str | None = field(default=None, metadata=json_field(omit="none"))
     #: Why a slice was ``deferred``: ``checksum_mismatch`` or ``file_missing``.
-    reason: str | None = None
+    reason: str | None = field(default=None, metadata=json_field(omit="none"))
     #: A ``checksum_mismatch``'s short checksums: ``registered`` and ``on_disk``.
-    checksums: dict[str, str] | None = None
+    checksums: dict[str, str] | None = field(default=None, metadata=json_field(omit="none"))
 
     def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"outcome": self.outcome, "counters": self.counters}
-        for key in ("retry_after_ms", "error", "reason", "checksums"):
-            value = getattr(self, key)
-            if value is not None:
-                data[key] = value
-        return data
+        return to_json_dict(self)
 
     def deferred_too_long(
         self, name: str, waited_seconds: float

@@ -30,7 +30,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from pymongo import ASCENDING, ReturnDocument
 from pymongo.client_session import ClientSession
@@ -43,6 +43,7 @@ from migronaut_core.background.store.states import (
     utc_now,
 )
 from migronaut_core.errors import LockLostError
+from migronaut_core.json_shape import to_json_dict
 from migronaut_core.required_indexes import RequiredIndex
 
 OPEN_STATUSES = ("pending", "running")
@@ -107,15 +108,7 @@ class PartitionCounts:
         return self.pending + self.running
 
     def to_dict(self) -> dict[str, int]:
-        return {
-            "pending": self.pending,
-            "running": self.running,
-            "leased": self.leased,
-            "done": self.done,
-            "failed": self.failed,
-            "cancelled": self.cancelled,
-            "superseded": self.superseded,
-        }
+        return cast("dict[str, int]", to_json_dict(self))
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from migronaut_core.background.spec import AdaptiveSettings
+from migronaut_core.json_shape import to_json_dict
 
 __all__ = ["AdaptiveController", "Reason", "ThrottleChange"]
 
@@ -44,7 +45,7 @@ class ThrottleChange:
     pause_ms: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"reason": self.reason, "batch_size": self.batch_size, "pause_ms": self.pause_ms}
+        return to_json_dict(self)
 
 
 _SEVERITY: Final[Mapping[Reason, int]] = {"recovered": 0, "latency": 1, "overload": 2}

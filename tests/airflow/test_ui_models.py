@@ -1,0 +1,439 @@
+"""The UI's JSON API models as the readings build them from the core's views, pinned.
+
+The summaries and details of two status views (every optional field set; a bare
+pending one) are compared, keys and order, with what the plugin sent before its
+models were built from the views (``from_attributes``) instead of by hand.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Collection
+from typing import Any, cast
+
+from migronaut_airflow.plugins.models import MigrationDetail, MigrationSummary, Permissions
+from migronaut_airflow.plugins.readings import detail, summaries
+from migronaut_airflow.plugins.throughput import ThroughputSampler
+from migronaut_core import BackgroundStatusView, Migronaut
+from tests.support.result_shapes import CASES
+
+STATUS = CASES["status"]
+PENDING = dataclasses.replace(CASES["status_unset"], status="pending")
+HISTORY: list[dict[str, Any]] = [
+    {
+        "action": "pause",
+        "from": "running",
+        "to": "paused",
+        "by": "ann",
+        "reason": "slo",
+        "at": "2026-01-02T03:04:05+00:00",
+    },
+    {
+        "action": "unlock",
+        "requested_by": "bob",
+        "lock": True,
+        "leases": 2,
+        "replan": False,
+        "reason": "stuck",
+        "at": "2026-01-02T03:05:05+00:00",
+    },
+    {"action": "reopen", "from": "completed", "to": "pending"},
+]
+WATCH: dict[str, Any] = {
+    "collection": "users",
+    "state": "watching",
+    "edges": ["1->2"],
+    "target": 2,
+    "leader": {"host": "h", "pid": 3, "owner": "o", "since": "2026-01-02T03:04:05+00:00"},
+    "counters": {"healed": 1},
+    "last_event_at": None,
+    "last_error": None,
+    "updated_at": "2026-01-02T03:04:05+00:00",
+    "fresh": True,
+    "resume": {"saved": True, "at": None, "lag_seconds": None},
+}
+
+
+class FakeKit:
+    """The kit's reads the readings call, answering fixed views."""
+
+    def __init__(self, *views: BackgroundStatusView) -> None:
+        self.views = {view.name: view for view in views}
+
+    def background_status_views(
+        self, *, names: Collection[str], statuses: Collection[str] | None
+    ) -> list[BackgroundStatusView]:
+        return [
+            self.views[name]
+            for name in names
+            if statuses is None or self.views[name].status in statuses
+        ]
+
+    def background_status_view(self, name: str) -> BackgroundStatusView | None:
+        return self.views.get(name)
+
+    def background_history(self, name: str) -> list[dict[str, Any]]:
+        return HISTORY
+
+    def background_watch_status(self, collection: str) -> dict[str, Any] | None:
+        return WATCH if collection == "users" else None
+
+
+def readings() -> tuple[list[MigrationSummary], list[MigrationDetail]]:
+    clock = iter([1000.0, 1000.0, 1030.0, 1030.0, 1060.0, 1060.0, 1090.0, 1090.0])
+    sampler = ThroughputSampler(clock=lambda: next(clock))
+    kit = cast("Migronaut", FakeKit(STATUS, PENDING))
+    rows = summaries(kit, [STATUS.name, PENDING.name], None, sampler, "default")
+    permissions = Permissions(can_control=True, can_trigger=False)
+    shown = [
+        detail(kit, STATUS.name, sampler, permissions, "other"),
+        detail(kit, PENDING.name, sampler, permissions),
+    ]
+    return rows, shown
+
+
+def shown(model: MigrationSummary | MigrationDetail) -> dict[str, Any]:
+    return model.model_dump(mode="json", by_alias=True)
+
+
+def test_summaries_and_details_send_the_pinned_json() -> None:
+    rows, details = readings()
+    sent = {"summaries": [shown(row) for row in rows], "details": [shown(one) for one in details]}
+    assert sent == EXPECTED
+    assert json.dumps(sent) == json.dumps(EXPECTED)
+
+
+EXPECTED: dict[str, Any] = {
+    "summaries": [
+        {
+            "name": "20260101_split",
+            "target": "default",
+            "dag_id": "migronaut_bg__20260101_split",
+            "status": "running",
+            "phase": "draining",
+            "direction": "forward",
+            "mode": "declarative",
+            "runs_as": "python",
+            "collection": "users",
+            "description": "split names",
+            "pass": 2,
+            "generation": 3,
+            "progress": {
+                "estimate": 100,
+                "at_least": True,
+                "approximate": False,
+                "done": 40,
+                "percent": 40.0,
+                "source": "plan",
+            },
+            "processed": 40,
+            "eta_seconds": 12.5,
+            "live_leases": 1,
+            "max_parallel": 4,
+            "partition_counts": {"running": 1},
+            "failed_documents": 2,
+            "last_error": "boom",
+            "waits_for": ["a"],
+            "requires": ["a", "b"],
+            "throughput": {
+                "docs_per_second": None,
+                "average_docs_per_second": 3.2,
+                "window_seconds": 600,
+                "series": [],
+            },
+            "created_at": "2026-01-02T03:04:05.678000+00:00",
+            "started_at": "2026-01-02T03:04:05+00:00",
+            "completed_at": "2026-01-02T03:04:05.678000+00:00",
+            "updated_at": "2026-01-02T03:04:05.678000+00:00",
+            "last_progress_at": "2026-01-02T03:04:05.678000+00:00",
+        },
+        {
+            "name": "20260101_bare",
+            "target": "default",
+            "dag_id": "migronaut_bg__20260101_bare",
+            "status": "pending",
+            "phase": None,
+            "direction": "forward",
+            "mode": None,
+            "runs_as": None,
+            "collection": None,
+            "description": None,
+            "pass": 0,
+            "generation": 0,
+            "progress": {
+                "estimate": 0,
+                "at_least": False,
+                "approximate": False,
+                "done": 0,
+                "percent": None,
+                "source": "plan",
+            },
+            "processed": 0,
+            "eta_seconds": None,
+            "live_leases": 0,
+            "max_parallel": None,
+            "partition_counts": {},
+            "failed_documents": 0,
+            "last_error": None,
+            "waits_for": [],
+            "requires": [],
+            "throughput": {
+                "docs_per_second": None,
+                "average_docs_per_second": None,
+                "window_seconds": 600,
+                "series": [],
+            },
+            "created_at": None,
+            "started_at": None,
+            "completed_at": None,
+            "updated_at": None,
+            "last_progress_at": None,
+        },
+    ],
+    "details": [
+        {
+            "name": "20260101_split",
+            "target": "other",
+            "dag_id": "migronaut_other__bg__20260101_split",
+            "status": "running",
+            "phase": "draining",
+            "direction": "forward",
+            "mode": "declarative",
+            "runs_as": "python",
+            "collection": "users",
+            "description": "split names",
+            "pass": 2,
+            "generation": 3,
+            "progress": {
+                "estimate": 100,
+                "at_least": True,
+                "approximate": False,
+                "done": 40,
+                "percent": 40.0,
+                "source": "plan",
+            },
+            "processed": 40,
+            "eta_seconds": 12.5,
+            "live_leases": 1,
+            "max_parallel": 4,
+            "partition_counts": {"running": 1},
+            "failed_documents": 2,
+            "last_error": "boom",
+            "waits_for": ["a"],
+            "requires": ["a", "b"],
+            "throughput": {
+                "docs_per_second": None,
+                "average_docs_per_second": 3.2,
+                "window_seconds": 600,
+                "series": [],
+            },
+            "created_at": "2026-01-02T03:04:05.678000+00:00",
+            "started_at": "2026-01-02T03:04:05+00:00",
+            "completed_at": "2026-01-02T03:04:05.678000+00:00",
+            "updated_at": "2026-01-02T03:04:05.678000+00:00",
+            "last_progress_at": "2026-01-02T03:04:05.678000+00:00",
+            "totals": {"migrated": 10},
+            "plan": {
+                "partitioner": "ids",
+                "method": None,
+                "estimate": 100,
+                "at_least": False,
+                "approximate": False,
+                "degraded": False,
+                "sharding": "off",
+            },
+            "coordinator": {"kind": "airflow", "ref": "run-1", "at": "2026-01-02T03:04:05+00:00"},
+            "round": 4,
+            "partitions": [
+                {
+                    "id": "p-1",
+                    "index": 0,
+                    "status": "running",
+                    "scope": {"kind": "ids", "bracket": "objectId", "group": None},
+                    "cursor": "moving",
+                    "scanned": 7,
+                    "counters": {"migrated": 5, "scanned": 7},
+                    "failed_documents": 1,
+                    "slice_failures": 2,
+                    "last_error": "boom",
+                    "lease": {
+                        "owner": "host:1",
+                        "slot": 2,
+                        "renewed_at": "2026-01-02T03:04:05+00:00",
+                    },
+                    "throttle": {"batch_size": 50, "pause_ms": 10},
+                    "updated_at": "2026-01-02T03:04:05.678000+00:00",
+                },
+                {
+                    "id": "p-2",
+                    "index": None,
+                    "status": None,
+                    "scope": {"kind": None, "bracket": None, "group": None},
+                    "cursor": "start",
+                    "scanned": 0,
+                    "counters": {},
+                    "failed_documents": 0,
+                    "slice_failures": 0,
+                    "last_error": None,
+                    "lease": None,
+                    "throttle": None,
+                    "updated_at": None,
+                },
+            ],
+            "history": [
+                {
+                    "action": "pause",
+                    "from": "running",
+                    "to": "paused",
+                    "by": "ann",
+                    "reason": "slo",
+                    "at": "2026-01-02T03:04:05+00:00",
+                    "details": {},
+                },
+                {
+                    "action": "unlock",
+                    "from": None,
+                    "to": None,
+                    "by": "bob",
+                    "reason": "stuck",
+                    "at": "2026-01-02T03:05:05+00:00",
+                    "details": {"lock": True, "leases": 2, "replan": False},
+                },
+                {
+                    "action": "reopen",
+                    "from": "completed",
+                    "to": "pending",
+                    "by": None,
+                    "reason": None,
+                    "at": None,
+                    "details": {},
+                },
+            ],
+            "throttle": {
+                "batch_size": 100,
+                "pause_ms": 0,
+                "max_lag_ms": 500,
+                "adaptive": {
+                    "min_batch_size": 10,
+                    "max_batch_size": None,
+                    "increase": None,
+                    "decrease": None,
+                    "target_latency_ms": None,
+                    "max_pause_ms": None,
+                },
+                "lanes": [{"batch_size": 50, "pause_ms": 10}],
+            },
+            "drift": {
+                "watch": [
+                    {
+                        "collection": "users",
+                        "state": "watching",
+                        "edges": ["1->2"],
+                        "target": 2,
+                        "leader": {
+                            "host": "h",
+                            "pid": 3,
+                            "owner": "o",
+                            "since": "2026-01-02T03:04:05+00:00",
+                        },
+                        "counters": {"healed": 1},
+                        "last_event_at": None,
+                        "last_error": None,
+                        "updated_at": "2026-01-02T03:04:05+00:00",
+                        "fresh": True,
+                    }
+                ],
+                "reopened": 1,
+            },
+            "failure_reasons": [{"reason": "transform", "error": "KeyError"}],
+            "permissions": {"can_control": True, "can_trigger": False},
+        },
+        {
+            "name": "20260101_bare",
+            "target": "default",
+            "dag_id": "migronaut_bg__20260101_bare",
+            "status": "pending",
+            "phase": None,
+            "direction": "forward",
+            "mode": None,
+            "runs_as": None,
+            "collection": None,
+            "description": None,
+            "pass": 0,
+            "generation": 0,
+            "progress": {
+                "estimate": 0,
+                "at_least": False,
+                "approximate": False,
+                "done": 0,
+                "percent": None,
+                "source": "plan",
+            },
+            "processed": 0,
+            "eta_seconds": None,
+            "live_leases": 0,
+            "max_parallel": None,
+            "partition_counts": {},
+            "failed_documents": 0,
+            "last_error": None,
+            "waits_for": [],
+            "requires": [],
+            "throughput": {
+                "docs_per_second": 0.0,
+                "average_docs_per_second": None,
+                "window_seconds": 600,
+                "series": [{"at": "1970-01-01T00:18:10+00:00", "docs_per_second": 0.0}],
+            },
+            "created_at": None,
+            "started_at": None,
+            "completed_at": None,
+            "updated_at": None,
+            "last_progress_at": None,
+            "totals": {},
+            "plan": None,
+            "coordinator": None,
+            "round": None,
+            "partitions": [],
+            "history": [
+                {
+                    "action": "pause",
+                    "from": "running",
+                    "to": "paused",
+                    "by": "ann",
+                    "reason": "slo",
+                    "at": "2026-01-02T03:04:05+00:00",
+                    "details": {},
+                },
+                {
+                    "action": "unlock",
+                    "from": None,
+                    "to": None,
+                    "by": "bob",
+                    "reason": "stuck",
+                    "at": "2026-01-02T03:05:05+00:00",
+                    "details": {"lock": True, "leases": 2, "replan": False},
+                },
+                {
+                    "action": "reopen",
+                    "from": "completed",
+                    "to": "pending",
+                    "by": None,
+                    "reason": None,
+                    "at": None,
+                    "details": {},
+                },
+            ],
+            "throttle": {
+                "batch_size": None,
+                "pause_ms": 0,
+                "max_lag_ms": None,
+                "adaptive": None,
+                "lanes": [],
+            },
+            "drift": {"watch": [], "reopened": 1},
+            "failure_reasons": [],
+            "permissions": {"can_control": True, "can_trigger": False},
+        },
+    ],
+}
