@@ -64,6 +64,27 @@ class Deployment:
         )
 
 
+def trigger_from_the_command_line(
+    airflow: AirflowStandalone, dag_id: str, conf: dict[str, Any]
+) -> None:
+    """``airflow dags trigger``: a run whose triggering user the auth manager does not know."""
+    subprocess.run(
+        [
+            str(Path(sys.executable).with_name("airflow")),
+            "dags",
+            "trigger",
+            dag_id,
+            "--conf",
+            json.dumps(conf),
+        ],
+        env=airflow.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+
+
 @pytest.fixture(scope="module")
 def deployment(
     tmp_path_factory: pytest.TempPathFactory,
@@ -179,21 +200,7 @@ def test_only_a_user_who_may_edit_the_migrations_dag_controls_it(deployment: Dep
     assert refused.status_code == 403
     assert airflow.dag_runs(control) == []
 
-    subprocess.run(
-        [
-            str(Path(sys.executable).with_name("airflow")),
-            "dags",
-            "trigger",
-            control,
-            "--conf",
-            json.dumps(pause),
-        ],
-        env=airflow.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
+    trigger_from_the_command_line(airflow, control, pause)
     (from_cli,) = airflow.dag_runs(control)
     assert airflow.wait_for_run(control, from_cli["dag_run_id"]) == "failed"
     states = {
@@ -219,21 +226,7 @@ def test_an_admin_run_acts_only_for_a_user_who_may_edit_the_admin_dag(
     assert airflow.dag_runs(admin) == []
 
     # The same form from the command line: Airflow lets it in, the task refuses it.
-    subprocess.run(
-        [
-            str(Path(sys.executable).with_name("airflow")),
-            "dags",
-            "trigger",
-            admin,
-            "--conf",
-            json.dumps(plan_up),
-        ],
-        env=airflow.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
+    trigger_from_the_command_line(airflow, admin, plan_up)
     (from_cli,) = airflow.dag_runs(admin)
     assert airflow.wait_for_run(admin, from_cli["dag_run_id"]) == "failed"
     with pytest.raises(AirflowHarnessError, match="HTTP 404"):  # refused before any result
