@@ -17,10 +17,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
-
-import pendulum
 
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.engine.steps import STEP_SCOPE
@@ -46,6 +44,7 @@ from migronaut_core.background.telemetry import (
     SPAN_COORDINATE,
 )
 from migronaut_core.bson_values import canonical_id_key
+from migronaut_core.clock import utc_now
 from migronaut_core.errors import (
     ChecksumMismatchError,
     LockAlreadyHeldError,
@@ -153,7 +152,7 @@ def stalled_for(
     since = last_activity(state, rt.store.last_partition_write(name))
     if since is None:
         return None
-    idle = (now or datetime.now(UTC)) - since
+    idle = (now or utc_now()) - since
     return idle if idle > timedelta(0) else None
 
 
@@ -232,7 +231,7 @@ def _step(rt: Runtime, name: str, driver: Driver, cancel: CancelToken) -> Answer
             return Answer("superseded", round=driver.round)
         else:
             round_ = driver.round
-    coordinator: dict[str, Any] = {"kind": driver.kind, "at": pendulum.now("UTC")}
+    coordinator: dict[str, Any] = {"kind": driver.kind, "at": utc_now()}
     if driver.ref is not None:
         coordinator["ref"] = driver.ref
     rt.store.set(name, {"coordinator": coordinator, **({"round": round_} if round_ else {})})
@@ -351,7 +350,7 @@ def plan_pass(
     expected: dict[str, Any] = {"status": {"$in": ["pending", "running"]}}
     if state.get("checksum") is not None:
         expected["checksum"] = state["checksum"]
-    now = pendulum.now("UTC")
+    now = utc_now()
     plan_fields: dict[str, Any] = {
         "partitioner": job.partitioner.id,
         "method": plan.method,
@@ -428,7 +427,7 @@ def _roll_up(rt: Runtime, state: dict[str, Any]) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "rolled_generation": generation,
         "bad_ids": _merged_bad_ids(state.get("bad_ids") or [], rolled.bad_ids),
-        "updated_at": pendulum.now("UTC"),
+        "updated_at": utc_now(),
     }
     if rolled.doc_errors:
         fields["doc_errors"] = [*(state.get("doc_errors") or []), *rolled.doc_errors][
@@ -476,7 +475,7 @@ def finalize(rt: Runtime, job: Job, state: dict[str, Any]) -> Answer | dict[str,
     following = rt.store.cas(
         name,
         {"generation": generation, "phase": "process"},
-        {"$set": {"phase": "partition", "updated_at": pendulum.now("UTC")}},
+        {"$set": {"phase": "partition", "updated_at": utc_now()}},
     )
     rt.store.drop_generations(name, generation - 1)
     return following or rt.store.get(name) or state
@@ -504,7 +503,7 @@ def _complete(rt: Runtime, job: Job, state: dict[str, Any], generation: int) -> 
         from_statuses=sources("complete"),
         to="completed",
         action="complete",
-        fields={"completed_at": pendulum.now("UTC"), "phase": "process"},
+        fields={"completed_at": utc_now(), "phase": "process"},
     )
     rt.store.drop_generations(name, generation - 1)
     if completed is not None:

@@ -13,10 +13,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import pendulum
-
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.states import sources
+from migronaut_core.clock import utc_now
 from migronaut_core.scrub import error_text
 
 log = logging.getLogger("migronaut_core.background")
@@ -30,7 +29,7 @@ def fail_state(rt: Runtime, state: Mapping[str, Any], reason: str | BaseExceptio
         from_statuses=sources("fail"),
         to="failed",
         action="fail",
-        fields={"last_error": message, "failed_at": pendulum.now("UTC")},
+        fields={"last_error": message, "failed_at": utc_now()},
     )
     if failed is not None:
         rt.forget_migration(state["_id"])

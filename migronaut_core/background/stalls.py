@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
@@ -34,6 +34,7 @@ from migronaut_core.background.store.stalls import (
     note_stall_signal_async,
     read_stall_evidence_async,
 )
+from migronaut_core.clock import utc_now
 from migronaut_core.config import BackgroundCollections
 from migronaut_core.errors import ConfigInvalidError
 
@@ -111,7 +112,7 @@ async def next_stall_signal(
     chosen = settings or StallWatchSettings()
     limit = timedelta(seconds=chosen.stall_seconds)
     while True:
-        now = datetime.now(UTC)
+        now: datetime = utc_now()
         due = [
             stall
             for evidence in await read_stall_evidence_async(db, collections)

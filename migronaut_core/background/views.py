@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import pendulum
 
 from migronaut_core.bson_values import iso_time, json_safe
+from migronaut_core.clock import utc_now
 
 if TYPE_CHECKING:
     from migronaut_core.background.store import BackgroundStore
@@ -459,7 +460,7 @@ def average_rate(state: Document, done_now: int) -> float | None:
     finished = state.get("status") == "completed"
     if started is None or done_now <= 0 or (finished and completed is None):
         return None
-    end = pendulum.instance(completed) if finished and completed else pendulum.now("UTC")
+    end = pendulum.instance(completed) if finished and completed else utc_now()
     elapsed = (end - pendulum.instance(started)).total_seconds()
     return done_now / elapsed if elapsed > 0 else None
 

@@ -13,13 +13,10 @@ already in effect answers ``unchanged``. Every control answers a
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Final, Literal, get_args
-
-import pendulum
 
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.lifecycle import waiting_for
@@ -27,6 +24,7 @@ from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.spec import Direction, match_hash, read_stored
 from migronaut_core.background.states import TERMINAL, transition
 from migronaut_core.changelog import Actor
+from migronaut_core.clock import monotonic, utc_now
 from migronaut_core.errors import BackgroundConflictError, ConfigInvalidError, NotAppliedError
 
 log = logging.getLogger("migronaut_core.background")
@@ -254,9 +252,7 @@ def _plan_move(
     from_start: bool,
     actor: Actor,
 ) -> tuple[str, dict[str, Any]]:
-    fields: dict[str, Any] = {
-        "control": {**actor.fields(), "action": action, "at": pendulum.now("UTC")}
-    }
+    fields: dict[str, Any] = {"control": {**actor.fields(), "action": action, "at": utc_now()}}
     if action == "resume":
         waits = waiting_for(rt, list(state.get("requires") or []))
         if waits:
@@ -332,7 +328,7 @@ def repin(rt: Runtime, name: str, *, actor: Actor | None = None) -> tuple[Contro
     fields: dict[str, Any] = {
         "checksum": loaded.checksum,
         "spec": after.to_document(),
-        "control": {**who.fields(), "action": "repin", "at": pendulum.now("UTC")},
+        "control": {**who.fields(), "action": "repin", "at": utc_now()},
     }
     if replan and state["status"] not in TERMINAL and state.get("plan") is not None:
         fields["phase"] = "replan"
@@ -376,9 +372,9 @@ def wait_for_lanes(
 ) -> bool:
     """Wait until no lane holds a lease; False when the timeout came first."""
     token = cancel or CancelToken()
-    until = time.monotonic() + timeout_seconds
+    until = monotonic() + timeout_seconds
     while True:
         if rt.store.live_leases(name) == 0:
             return True
-        if time.monotonic() >= until or token.sleep(poll_seconds):
+        if monotonic() >= until or token.sleep(poll_seconds):
             return False

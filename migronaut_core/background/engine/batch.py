@@ -20,7 +20,6 @@ settles them are one invariant, easier to check read together.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +38,7 @@ from migronaut_core.background.spec import Direction
 from migronaut_core.background.store import BackgroundStore, Lease
 from migronaut_core.background.throttle import Throttle, ThrottleChange
 from migronaut_core.bson_values import canonical_id_key, clone_document
+from migronaut_core.clock import elapsed_ms, epoch_seconds, monotonic
 from migronaut_core.errors import (
     BackgroundConflictError,
     BackgroundFailedError,
@@ -304,11 +304,11 @@ def write_round(
     session: ClientSession | None = None,
 ) -> Written:
     """Write a prepared round; safe to run on another thread than the one preparing the next."""
-    started = time.monotonic()
+    started = monotonic()
     applied, failed = write_ops(
         collection, round_.ops, write_concern=job.spec.write_concern, session=session
     )
-    return Written(applied, failed, _elapsed_ms(started))
+    return Written(applied, failed, elapsed_ms(started))
 
 
 def apply_batch(
@@ -521,12 +521,8 @@ def control_outcome(control: Mapping[str, Any] | None, job: Job, plan_token: str
 
 def errors_of(errors: Sequence[DocError]) -> tuple[list[Any], list[Document]]:
     """A batch's failed documents as stored: their ids and their entries."""
-    at = time.time()
+    at = epoch_seconds()
     return [error.id for error in errors], [{**error.entry(), "at_epoch": at} for error in errors]
-
-
-def _elapsed_ms(started: float) -> float:
-    return (time.monotonic() - started) * 1000
 
 
 def noted_ids(ctx: PartitionContext) -> list[Any]:

@@ -21,7 +21,6 @@ still stops within one batch and never leaves an intent it will not write.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -45,6 +44,7 @@ from migronaut_core.background.engine.work import BatchWork, work_for
 from migronaut_core.background.job import Job
 from migronaut_core.background.planning.partition import find
 from migronaut_core.background.store import BackgroundStore
+from migronaut_core.clock import elapsed_ms, monotonic
 
 
 @dataclass
@@ -95,7 +95,7 @@ def work_reading_ahead(
         store.record_intent(ctx.lease, batch.ids)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="migronaut-write") as writer:
         while True:
-            started = time.monotonic()
+            started = monotonic()
             pending = writer.submit(work.write, batch.prepared)
             next_cursor = job.partitioner.advance(batch.cursor, batch.docs, limit=batch.limit)
             ahead = _read_while_writing(job, ctx, collection, work, next_cursor, pending)
@@ -118,7 +118,7 @@ def work_reading_ahead(
                 intent=ahead.ids if go_on and ahead is not None else (),
             )
             if ctx.on_batch is not None:
-                latency_ms = int((time.monotonic() - started) * 1000)
+                latency_ms = int(elapsed_ms(started))
                 ctx.on_batch(
                     {
                         "counters": batch_counters,
@@ -146,7 +146,7 @@ def _stop_reason(job: Job, ctx: PartitionContext, *, first: bool) -> str | None:
     """Why the lane must not write another batch now (``None``: go on)."""
     if job.cancel.cancelled:
         return "stopped"
-    if not first and time.monotonic() >= ctx.deadline:
+    if not first and monotonic() >= ctx.deadline:
         return "yielded"
     return control_outcome(ctx.read_control(), job, ctx.partition["plan"])
 
@@ -191,12 +191,11 @@ def _read_while_writing(
 
 
 def _written(ctx: PartitionContext, pending: Future[Written]) -> Written:
-    started = time.monotonic()
+    started = monotonic()
     try:
         written = pending.result()
     except Exception as error:
-        elapsed_ms = (time.monotonic() - started) * 1000
-        ctx.throttle_changed(ctx.throttle.after_error(error, elapsed_ms))
+        ctx.throttle_changed(ctx.throttle.after_error(error, elapsed_ms(started)))
         raise
     ctx.throttle_changed(ctx.throttle.after_batch(written.elapsed_ms))
     return written

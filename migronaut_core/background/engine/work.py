@@ -13,7 +13,6 @@ one batch without read-ahead, with its fenced checkpoint.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -36,6 +35,7 @@ from migronaut_core.background.engine.batch import (
 from migronaut_core.background.engine.pipeline import PipelineWork
 from migronaut_core.background.job import Job
 from migronaut_core.background.planning.partition import find
+from migronaut_core.clock import elapsed_ms, monotonic
 
 
 class BatchWork(Protocol):
@@ -139,14 +139,14 @@ def plain_batch(
         settle_dead_lane_batch(job, ctx, read=docs)
     elif docs:
         ctx.store.record_intent(ctx.lease, [doc["_id"] for doc in docs])
-    started = time.monotonic()
+    started = monotonic()
     try:
         prepared = work.prepare(docs)
         result = work.finish(prepared, work.write(prepared))
     except Exception as error:
-        ctx.throttle_changed(ctx.throttle.after_error(error, _elapsed_ms(started)))
+        ctx.throttle_changed(ctx.throttle.after_error(error, elapsed_ms(started)))
         raise
-    ctx.throttle_changed(ctx.throttle.after_batch(_elapsed_ms(started)))
+    ctx.throttle_changed(ctx.throttle.after_batch(elapsed_ms(started)))
     bad_ids, doc_errors = errors_of(result.errors)
     # Read and not rewritten: a draining partition steps over them.
     left = [*result.left, *bad_ids]
@@ -162,7 +162,3 @@ def plain_batch(
         throttle=ctx.throttle.state(),
     )
     return result, next_cursor, counters
-
-
-def _elapsed_ms(started: float) -> float:
-    return (time.monotonic() - started) * 1000

@@ -26,12 +26,9 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast, get_args
-
-import pendulum
 
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.engine.batch import PartitionContext, PartitionResult, add_counters
@@ -50,6 +47,7 @@ from migronaut_core.background.telemetry import (
     AttributeValue,
 )
 from migronaut_core.background.throttle import Throttle
+from migronaut_core.clock import elapsed_ms, monotonic, utc_now
 from migronaut_core.errors import (
     BatchFailed,
     ChecksumMismatchError,
@@ -201,13 +199,13 @@ def run_slice(
         # Before any claim: nothing to count it on, but measured like any failed slice.
         rt.telemetry.slice_ended(name, "error", 0.0, error_type=type(exc).__name__)
         raise
-    deadline = time.monotonic() + (slice_ms if slice_ms is not None else job.spec.slice_ms) / 1000
+    deadline = monotonic() + (slice_ms if slice_ms is not None else job.spec.slice_ms) / 1000
     counters: dict[str, int] = {}
     worked = False
     while True:
         if token.cancelled:
             return SliceResult("stopped", counters)
-        if worked and time.monotonic() >= deadline:
+        if worked and monotonic() >= deadline:
             return SliceResult("yielded", counters)
         claim = rt.store.claim(
             name,
@@ -284,7 +282,7 @@ def _held(
 ) -> PartitionResult:
     """:func:`_work` in the lease's span, its duration measured by outcome."""
     shard = _shard_of(partition)
-    started = time.monotonic()
+    started = monotonic()
     attributes: dict[str, AttributeValue] = {
         ATTR_PARTITION: str(partition["_id"]),
         ATTR_SLOT: lease.slot,
@@ -297,13 +295,11 @@ def _held(
             span.set(ATTR_OUTCOME, result.outcome)
             span.set_counters(result.counters)
     except Exception as exc:
-        elapsed_ms = (time.monotonic() - started) * 1000
         rt.telemetry.slice_ended(
-            job.name, "error", elapsed_ms, error_type=type(exc).__name__, shard=shard
+            job.name, "error", elapsed_ms(started), error_type=type(exc).__name__, shard=shard
         )
         raise
-    elapsed_ms = (time.monotonic() - started) * 1000
-    rt.telemetry.slice_ended(job.name, result.outcome, elapsed_ms, shard=shard)
+    rt.telemetry.slice_ended(job.name, result.outcome, elapsed_ms(started), shard=shard)
     return result
 
 
@@ -388,7 +384,7 @@ def _work(
         if job.cancel.cancelled:
             return PartitionResult("stopped", {})
         raise _counted_failure(rt, job, lease, partition, exc) from exc
-    rt.store.set(name, {"last_progress_at": pendulum.now("UTC")})
+    rt.store.set(name, {"last_progress_at": utc_now()})
     rt.emit(
         "background:slice:end",
         {

@@ -40,8 +40,8 @@ from migronaut_core.background.store.states import (
     MAX_DOC_ERRORS,
     Document,
     StateDocuments,
-    utc_now,
 )
+from migronaut_core.clock import utc_now
 from migronaut_core.errors import LockLostError
 from migronaut_core.required_indexes import RequiredIndex
 

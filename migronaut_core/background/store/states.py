@@ -13,12 +13,12 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import pendulum
 from pymongo import ASCENDING, ReturnDocument
 from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
 from pymongo.database import Database
 
+from migronaut_core.clock import utc_now
 from migronaut_core.config import BackgroundCollections
 from migronaut_core.required_indexes import RequiredIndex, ensure_indexes
 
@@ -41,11 +41,6 @@ def newer_schema(state: Mapping[str, Any]) -> bool:
     """Whether a newer release wrote ``state``: its plan may hold what this one cannot
     read, so coordinators and lanes leave it to a process of that release."""
     return int(state.get("schema", 1)) > STATE_SCHEMA
-
-
-def utc_now() -> Any:
-    """The current time in UTC."""
-    return pendulum.now("UTC")
 
 
 def _literal_fields(fields: Mapping[str, Any]) -> Document:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from migronaut_core.background.spec import AdaptiveSettings
+from migronaut_core.clock import monotonic
 
 __all__ = ["AdaptiveController", "Reason", "ThrottleChange"]
 
@@ -78,7 +78,7 @@ class AdaptiveController:
         *,
         start_batch_size: int | None = None,
         report_interval_s: float = REPORT_INTERVAL_S,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = monotonic,
     ) -> None:
         self.settings = settings
         self._clock = clock
