@@ -28,11 +28,10 @@ from typing import Any
 
 from pymongo.collection import Collection
 
-from migronaut_core.background.engine.batch import (
-    Document,
+from migronaut_core.background.engine.batch import Document, Written
+from migronaut_core.background.engine.partition import (
     PartitionContext,
     PartitionResult,
-    Written,
     add_counters,
     control_outcome,
     errors_of,

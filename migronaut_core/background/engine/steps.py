@@ -21,7 +21,7 @@ from pymongo.client_session import ClientSession
 from pymongo.database import Database
 
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.engine.batch import PartitionContext
+from migronaut_core.background.engine.partition import PartitionContext
 from migronaut_core.background.engine.transactional import (
     TRANSIENT_BACKOFF,
     BatchStoppedError,

@@ -22,15 +22,17 @@ from pymongo.collection import Collection
 from migronaut_core.background.engine.batch import (
     BatchResult,
     Document,
-    PartitionContext,
     TransformContext,
     Written,
-    errors_of,
     finish_batch,
-    noted_ids,
     prepare_round,
-    settle_dead_lane_batch,
     write_round,
+)
+from migronaut_core.background.engine.partition import (
+    PartitionContext,
+    checkpoint_batch,
+    noted_ids,
+    settle_dead_lane_batch,
 )
 from migronaut_core.background.engine.pipeline import PipelineWork
 from migronaut_core.background.job import Job
@@ -147,18 +149,6 @@ def plain_batch(
         ctx.throttle_changed(ctx.throttle.after_error(error, elapsed_ms(started)))
         raise
     ctx.throttle_changed(ctx.throttle.after_batch(elapsed_ms(started)))
-    bad_ids, doc_errors = errors_of(result.errors)
-    # Read and not rewritten: a draining partition steps over them.
-    left = [*result.left, *bad_ids]
-    next_cursor = job.partitioner.advance(cursor, docs, limit=limit, left=left)
-    counters = result.counters(len(docs))
-    ctx.store.checkpoint(
-        ctx.lease,
-        cursor=next_cursor if next_cursor is not None else cursor,
-        counters=counters,
-        bad_ids=bad_ids,
-        doc_errors=doc_errors,
-        done=next_cursor is None,
-        throttle=ctx.throttle.state(),
+    return checkpoint_batch(
+        job, ctx, cursor, docs, result, limit=limit, throttle=ctx.throttle.state()
     )
-    return result, next_cursor, counters

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from migronaut_core.background.engine.batch import (
-    BatchResult,
+from migronaut_core.background.engine.batch import BatchResult
+from migronaut_core.background.engine.partition import (
     PartitionContext,
     PartitionResult,
     add_counters,

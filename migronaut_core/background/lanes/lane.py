@@ -31,7 +31,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast, get_args
 
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.engine.batch import PartitionContext, PartitionResult, add_counters
+from migronaut_core.background.engine.partition import (
+    PartitionContext,
+    PartitionResult,
+    add_counters,
+)
 from migronaut_core.background.engine.worker import process_partition
 from migronaut_core.background.job import Job, assert_transactions, job_for, plan_is_stale
 from migronaut_core.background.lifecycle import fail_state
