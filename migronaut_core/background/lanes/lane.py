@@ -132,6 +132,21 @@ class SliceResult:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class SliceContext:
+    """One claimed partition of a slice: what working it, measuring it and charging a
+    failure to it all need."""
+
+    rt: Runtime
+    job: Job
+    state: dict[str, Any]
+    lease: Lease
+    partition: dict[str, Any]
+    #: When the slice ends (a :func:`~migronaut_core.clock.monotonic` value).
+    deadline: float
+    owner: str
+
+
 class LeaseKeeper:
     """Renews a lease in the background while a lane works a partition.
 
@@ -230,7 +245,8 @@ def run_slice(
             return SliceResult("busy", counters, retry_after_ms=max(1, rt.ttl_ms // 4))
         worked = True
         rt.telemetry.lease_claimed(name, shard=_shard_of(claim.partition))
-        result = _held(rt, job, state, claim.lease, claim.partition, deadline, owner)
+        held = SliceContext(rt, job, state, claim.lease, claim.partition, deadline, owner)
+        result = _held(held)
         add_counters(counters, result.counters)
         if result.outcome == "lost":
             rt.telemetry.lease_lost(name, shard=_shard_of(claim.partition))
@@ -275,27 +291,20 @@ def _deferred(
     )
 
 
-def _held(
-    rt: Runtime,
-    job: Job,
-    state: dict[str, Any],
-    lease: Lease,
-    partition: dict[str, Any],
-    deadline: float,
-    owner: str,
-) -> PartitionResult:
+def _held(held: SliceContext) -> PartitionResult:
     """:func:`_work` in the lease's span, its duration measured by outcome."""
+    rt, job, partition = held.rt, held.job, held.partition
     shard = _shard_of(partition)
     started = monotonic()
     attributes: dict[str, AttributeValue] = {
         ATTR_PARTITION: str(partition["_id"]),
-        ATTR_SLOT: lease.slot,
-        ATTR_GENERATION: int(state["generation"]),
+        ATTR_SLOT: held.lease.slot,
+        ATTR_GENERATION: int(held.state["generation"]),
         **({ATTR_SHARD: shard} if shard is not None else {}),
     }
     try:
         with rt.telemetry.span(SPAN_SLICE, job.name, attributes) as span:
-            result = _work(rt, job, state, lease, partition, deadline, owner)
+            result = _work(held)
             span.set(ATTR_OUTCOME, result.outcome)
             span.set_counters(result.counters)
     except Exception as exc:
@@ -331,22 +340,15 @@ def _batch_written(rt: Runtime, name: str, partition: dict[str, Any], info: dict
     )
 
 
-def _work(
-    rt: Runtime,
-    job: Job,
-    state: dict[str, Any],
-    lease: Lease,
-    partition: dict[str, Any],
-    deadline: float,
-    owner: str,
-) -> PartitionResult:
+def _work(held: SliceContext) -> PartitionResult:
     """Work one leased partition, turning failures into counted outcomes."""
+    rt, job, lease, partition, owner = held.rt, held.job, held.lease, held.partition, held.owner
     name = job.name
     rt.emit(
         "background:slice:start",
         {
             "migration": name,
-            "generation": state["generation"],
+            "generation": held.state["generation"],
             "partition": str(partition["_id"]),
             "slot": lease.slot,
             "owner": owner,
@@ -368,7 +370,7 @@ def _work(
                 partition=partition,
                 db=rt.db,
                 client=rt.client,
-                deadline=deadline,
+                deadline=held.deadline,
                 throttle=throttle,
                 read_control=lambda: rt.store.get(name, projection=_CONTROL_FIELDS),
                 lease_lost=keeper.lost.is_set,
@@ -387,7 +389,7 @@ def _work(
     except Exception as exc:
         if job.cancel.cancelled:
             return PartitionResult("stopped", {})
-        raise _counted_failure(rt, job, lease, partition, exc) from exc
+        raise _counted_failure(held, exc) from exc
     rt.store.set(name, {"last_progress_at": utc_now()})
     rt.emit(
         "background:slice:end",
@@ -401,9 +403,7 @@ def _work(
     return result
 
 
-def _counted_failure(
-    rt: Runtime, job: Job, lease: Lease, partition: dict[str, Any], exc: Exception
-) -> MigronautError:
+def _counted_failure(held: SliceContext, exc: Exception) -> MigronautError:
     """Charge a failed slice to its partition, unless the deployment was at fault.
 
     A dropped connection or a primary stepping down (``is_retryable_write``) says
@@ -411,6 +411,7 @@ def _counted_failure(
     spending ``max_slice_failures``, which a flaky network would otherwise
     exhaust and fail the migration with.
     """
+    rt, job, lease = held.rt, held.job, held.lease
     message = error_text(exc)
     deployment_fault = is_retryable_write(exc)
     try:
@@ -427,7 +428,7 @@ def _counted_failure(
         "background:slice:end",
         {
             "migration": job.name,
-            "partition": str(partition["_id"]),
+            "partition": str(held.partition["_id"]),
             "outcome": "error",
             "error": message,
         },
