@@ -62,7 +62,7 @@ def audit(
     at = now or utc_now()
     findings: list[Finding] = []
     indexed: dict[tuple[str, str], bool] = {}
-    for state in rt.store.list_states():
+    for state in rt.store.states.list_states():
         findings.extend(_file_findings(state, migrations_dir))
         if state.get("status") == "running":
             findings.extend(_stall_findings(rt, state, at, stale_after_seconds))

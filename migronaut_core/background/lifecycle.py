@@ -24,7 +24,7 @@ log = logging.getLogger("migronaut_core.background")
 def fail_state(rt: Runtime, state: Mapping[str, Any], reason: str | BaseException) -> str:
     """Move a background migration to ``failed`` with a value-free reason; return that reason."""
     message = error_text(reason)
-    failed = rt.store.move(
+    failed = rt.store.states.move(
         state["_id"],
         from_statuses=sources("fail"),
         to="failed",
@@ -47,7 +47,7 @@ def requires_status(rt: Runtime, requires: Sequence[str]) -> list[dict[str, Any]
     """
     if not requires:
         return []
-    states = rt.store.get_many(requires)
+    states = rt.store.states.get_many(requires)
     missing = [name for name in requires if name not in states]
     adopted = set(rt.adopted_of(missing)) if missing and rt.adopted_of is not None else set()
     rows = []
@@ -76,9 +76,9 @@ def try_unblock(rt: Runtime, state: Mapping[str, Any]) -> dict[str, Any] | None:
     waits = waiting_for(rt, list(state.get("requires") or []))
     if waits:
         if waits != list(state.get("waits_for") or []):
-            rt.store.set(state["_id"], {"waits_for": waits})
+            rt.store.states.set(state["_id"], {"waits_for": waits})
         return None
-    unblocked = rt.store.move(
+    unblocked = rt.store.states.move(
         state["_id"],
         from_statuses=sources("unblock"),
         to="pending",

@@ -108,7 +108,11 @@ class Runtime:
     @property
     def own_collections(self) -> frozenset[str]:
         """migronaut's own collections in :attr:`db`: the store's, the locks', the rest."""
-        store = (self.store.states.name, self.store.partitions.name, self.lock_collection)
+        store = (
+            self.store.states.collection.name,
+            self.store.partitions.collection.name,
+            self.lock_collection,
+        )
         return frozenset((*self.bookkeeping, *store))
 
     @property

@@ -259,7 +259,7 @@ class BackgroundStatusView:
 
 def read_status(store: BackgroundStore, name: str) -> BackgroundStatusView | None:
     """One migration's view; None when it is not registered. Reads only."""
-    state = store.get(name, projection={"history": 0})
+    state = store.states.get(name, projection={"history": 0})
     return None if state is None else status_view(store, state)
 
 
@@ -276,12 +276,12 @@ def read_statuses(
         query["_id"] = {"$in": sorted(names)}
     if statuses:
         query["status"] = {"$in": sorted(statuses)}
-    return [status_view(store, state) for state in store.list_states(query)]
+    return [status_view(store, state) for state in store.states.list_states(query)]
 
 
 def registered_names(store: BackgroundStore) -> list[str]:
     """Every registered background migration, oldest first. Reads only."""
-    return [state["_id"] for state in store.list_states()]
+    return [state["_id"] for state in store.states.list_states()]
 
 
 def state_view(store: BackgroundStore, state: Document) -> dict[str, Any]:
@@ -293,7 +293,7 @@ def status_view(store: BackgroundStore, state: Document) -> BackgroundStatusView
     """The view of a state document, with its current partitions and live leases."""
     name = state["_id"]
     generation = state.get("generation", 0)
-    partitions = store.list_partitions(name, generation=generation)
+    partitions = store.partitions.list_partitions(name, generation=generation)
     shown = progress(state, partitions)
     spec = state.get("spec") or {}
     errors = list(state.get("doc_errors") or [])
@@ -317,7 +317,7 @@ def status_view(store: BackgroundStore, state: Document) -> BackgroundStatusView
         average_docs_per_second=None if rate is None else round(rate, 1),
         totals=dict(state.get("totals") or {}),
         partition_counts=_by_status(partitions),
-        live_leases=store.live_leases(name),
+        live_leases=store.leases.live_leases(name),
         failed_documents=len(state.get("bad_ids") or []) + pass_failed,
         failed_document_samples=tuple(
             json_safe({key: entry.get(key) for key in ("id", "reason", "error")})

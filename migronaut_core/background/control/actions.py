@@ -187,7 +187,7 @@ def _registered(rt: Runtime, name: str, action: str) -> dict[str, Any]:
 
     :raises NotAppliedError: it is not registered (as the kit's reads say).
     """
-    state = rt.store.get(name)
+    state = rt.store.states.get(name)
     if state is None:
         raise NotAppliedError(
             f"background migration {name} is not registered; run `migronaut up` first",
@@ -213,7 +213,7 @@ def control(
         if move.applied == "unchanged":
             return ControlResult("unchanged", state["status"])
         target, fields = _plan_move(rt, state, action, effective, move.to, from_start, who)
-        moved = rt.store.move(
+        moved = rt.store.states.move(
             name,
             from_statuses=[state["status"]],
             to=target,
@@ -296,11 +296,13 @@ def _adjust_partitions(
         return
     name, generation, token = state["_id"], int(state["generation"]), plan["token"]
     if action == "cancel":
-        rt.store.set_open_partitions(name, generation=generation, plan=token, status="cancelled")
+        rt.store.partitions.set_open_partitions(
+            name, generation=generation, plan=token, status="cancelled"
+        )
     elif action == "retry" and from_start:
-        rt.store.drop_generations(name, generation)
+        rt.store.partitions.drop_generations(name, generation)
     elif action == "retry" and effective != "reopen" and not _pass_closed(state):
-        rt.store.set_open_partitions(
+        rt.store.partitions.set_open_partitions(
             name,
             generation=generation,
             plan=token,
@@ -332,8 +334,8 @@ def repin(rt: Runtime, name: str, *, actor: Actor | None = None) -> tuple[Contro
     }
     if replan and state["status"] not in TERMINAL and state.get("plan") is not None:
         fields["phase"] = "replan"
-    rt.store.set(name, fields)
-    rt.store.note(name, {"action": "repin", **who.fields(), "replan": replan})
+    rt.store.states.set(name, fields)
+    rt.store.states.note(name, {"action": "repin", **who.fields(), "replan": replan})
     rt.emit("background:control", {"migration": name, "action": "repin", "replan": replan})
     return ControlResult("changed", state["status"], replan=replan), loaded.checksum
 
@@ -346,8 +348,8 @@ def unlock(rt: Runtime, name: str, *, actor: Actor | None = None) -> ControlResu
     who = actor or Actor()
     state = _registered(rt, name, "unlock")
     lock = rt.lock_for(name).force_release() is not None
-    leases = rt.store.unlock_all(name)
-    rt.store.note(name, {"action": "unlock", "lock": lock, "leases": leases, **who.fields()})
+    leases = rt.store.leases.unlock_all(name)
+    rt.store.states.note(name, {"action": "unlock", "lock": lock, "leases": leases, **who.fields()})
     rt.emit(
         "background:control",
         {"migration": name, "action": "unlock", "lock": lock, "leases": leases},
@@ -374,7 +376,7 @@ def wait_for_lanes(
     token = cancel or CancelToken()
     until = monotonic() + timeout_seconds
     while True:
-        if rt.store.live_leases(name) == 0:
+        if rt.store.leases.live_leases(name) == 0:
             return True
         if monotonic() >= until or token.sleep(poll_seconds):
             return False

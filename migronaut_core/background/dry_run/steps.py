@@ -54,7 +54,7 @@ def dry_run_steps(
     """
     count = check_steps(steps)
     loaded = rt.load(name)
-    state = rt.store.get(name, projection={"history": 0, "doc_errors": 0})
+    state = rt.store.states.get(name, projection={"history": 0, "doc_errors": 0})
     spec = spec_of(name, loaded, state)
     if spec.mode != "step":
         raise ConfigInvalidError(
@@ -82,7 +82,9 @@ def dry_run_steps(
 def _last_checkpoint(rt: Runtime, name: str, state: Mapping[str, Any] | None) -> Any:
     if state is None:
         return None
-    partitions = rt.store.list_partitions(name, generation=int(state.get("generation", 0)))
+    partitions = rt.store.partitions.list_partitions(
+        name, generation=int(state.get("generation", 0))
+    )
     return (partitions[0].get("cursor") or {}).get("checkpoint") if partitions else None
 
 

@@ -139,7 +139,7 @@ def checkpoint_batch(
     counters = result.counters(len(docs))
     if retries:
         counters["txn_retries"] = retries
-    ctx.store.checkpoint(
+    ctx.store.leases.checkpoint(
         ctx.lease,
         cursor=next_cursor if next_cursor is not None else cursor,
         counters=counters,
@@ -176,7 +176,9 @@ def settle_dead_lane_batch(job: Job, ctx: PartitionContext, read: Sequence[Docum
     if unread:
         version = version_filter(job.spec.field, job.target)
         rewritten = ctx.db[job.collection].count_documents({"_id": {"$in": unread}, **version})
-    ctx.store.settle_inflight(ctx.lease, migrated=rewritten, intent=[doc["_id"] for doc in read])
+    ctx.store.leases.settle_inflight(
+        ctx.lease, migrated=rewritten, intent=[doc["_id"] for doc in read]
+    )
     job.log.info("%s: settled a batch left by a dead lane (%d rewritten)", job.name, rewritten)
 
 
@@ -188,7 +190,7 @@ def over_error_budget(
     The message and context name the last of ``errors`` (a batch's) by its kind and
     its value-free text (an exception's type, a write error's code), never by a value.
     """
-    total = store.count_bad_ids(job.name, job.generation)
+    total = store.partitions.count_bad_ids(job.name, job.generation)
     if total <= job.spec.max_document_errors:
         return None
     context: dict[str, Any] = {

@@ -82,7 +82,7 @@ def work_reading_ahead(
     collection = ctx.db[job.collection]
     work = work_for(job, collection, ctx.transform_context(job))
     if ctx.lease_lost():
-        store.checkpoint(ctx.lease, cursor=cursor, counters={})  # raises LockLostError
+        store.leases.checkpoint(ctx.lease, cursor=cursor, counters={})  # raises LockLostError
     stop = _stop_reason(job, ctx, first=True) or _wait_for_throttle(job, ctx)
     if stop is not None:
         return PartitionResult(stop, counters)
@@ -91,7 +91,7 @@ def work_reading_ahead(
     if settle:
         settle_dead_lane_batch(job, ctx, read=batch.docs)
     elif batch.docs:
-        store.record_intent(ctx.lease, batch.ids)
+        store.leases.record_intent(ctx.lease, batch.ids)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="migronaut-write") as writer:
         while True:
             started = monotonic()
@@ -106,7 +106,7 @@ def work_reading_ahead(
             stop = None if done else _stop_reason(job, ctx, first=False)
             go_on = not done and stop is None
             bad_ids, doc_errors = errors_of(result.errors)
-            store.checkpoint(
+            store.leases.checkpoint(
                 ctx.lease,
                 cursor=next_cursor if next_cursor is not None else batch.cursor,
                 counters=batch_counters,
@@ -128,7 +128,7 @@ def work_reading_ahead(
             failure = over_error_budget(job, store, result.errors) if result.errors else None
             if failure is not None:
                 if go_on:
-                    store.settle_inflight(ctx.lease, migrated=0)
+                    store.leases.settle_inflight(ctx.lease, migrated=0)
                 return PartitionResult("failed", counters, failure)
             if done or ahead is None:
                 return PartitionResult("exhausted", counters)
@@ -136,7 +136,7 @@ def work_reading_ahead(
                 return PartitionResult(stop, counters)
             stop = _wait_for_throttle(job, ctx)
             if stop is not None:
-                store.settle_inflight(ctx.lease, migrated=0)
+                store.leases.settle_inflight(ctx.lease, migrated=0)
                 return PartitionResult(stop, counters)
             batch = ahead
 

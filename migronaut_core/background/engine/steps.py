@@ -123,7 +123,7 @@ def run_step(
     ) -> tuple[dict[str, Any] | None, dict[str, int]]:
         next_cursor = None if result.done else {"checkpoint": result.checkpoint}
         counters = {**result.counters, "batches": 1}
-        ctx.store.checkpoint(
+        ctx.store.leases.checkpoint(
             ctx.lease,
             cursor={"checkpoint": result.checkpoint},
             counters=counters,

@@ -278,5 +278,5 @@ def _pass_over(
     """A lone document still in the way: step past it; the next pass takes it."""
     next_cursor = job.partitioner.past(cursor, [doc], left=[doc["_id"]])
     counters = {"scanned": 1, "conflicts": 1, "batches": 1, "txn_retries": retries}
-    ctx.store.checkpoint(ctx.lease, cursor=next_cursor, counters=counters)
+    ctx.store.leases.checkpoint(ctx.lease, cursor=next_cursor, counters=counters)
     return BatchResult(conflicts=1, left=[doc["_id"]]), next_cursor, counters

@@ -140,7 +140,7 @@ def plain_batch(
     if settle:
         settle_dead_lane_batch(job, ctx, read=docs)
     elif docs:
-        ctx.store.record_intent(ctx.lease, [doc["_id"] for doc in docs])
+        ctx.store.leases.record_intent(ctx.lease, [doc["_id"] for doc in docs])
     started = monotonic()
     try:
         prepared = work.prepare(docs)

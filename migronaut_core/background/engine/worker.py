@@ -60,7 +60,7 @@ def process_partition(job: Job, ctx: PartitionContext, store: BackgroundStore) -
         if batches > 0 and monotonic() >= ctx.deadline:
             return PartitionResult("yielded", counters)
         if ctx.lease_lost():
-            store.checkpoint(ctx.lease, cursor=cursor, counters={})  # raises LockLostError
+            store.leases.checkpoint(ctx.lease, cursor=cursor, counters={})  # raises LockLostError
         stop = control_outcome(ctx.read_control(), job, plan_token)
         if stop is not None:
             return PartitionResult(stop, counters)

@@ -166,7 +166,7 @@ class LeaseKeeper:
         interval = max(0.05, self._lease.ttl_ms / 3000)
         while not self._stop.wait(interval):
             try:
-                if not self._rt.store.renew(self._lease):
+                if not self._rt.store.leases.renew(self._lease):
                     self.lost.set()
                     return
             except Exception:
@@ -192,7 +192,7 @@ def run_slice(
     """Run one slice of one lane; see the module docstring for the outcomes."""
     token = cancel or CancelToken()
     owner = owner or uuid.uuid4().hex[:12]
-    state = rt.store.get(name, projection={"history": 0, "doc_errors": 0})
+    state = rt.store.states.get(name, projection={"history": 0, "doc_errors": 0})
     if state is None:
         return SliceResult("cancelled")
     status = state["status"]
@@ -226,7 +226,7 @@ def run_slice(
             return SliceResult("stopped", counters)
         if worked and monotonic() >= deadline:
             return SliceResult("yielded", counters)
-        claim = rt.store.claim(
+        claim = rt.store.leases.claim(
             name,
             generation=state["generation"],
             plan=state["plan"]["token"],
@@ -254,11 +254,11 @@ def run_slice(
         if result.outcome == "failed":
             message = error_text(result.error) if result.error else "failed"
             if result.error is not None:
-                rt.store.fail_partition(claim.lease, error=message)
+                rt.store.leases.fail_partition(claim.lease, error=message)
                 fail_state(rt, state, message)
             return SliceResult("failed", counters, error=message)
         if result.outcome != "exhausted":
-            rt.store.release(claim.lease)
+            rt.store.leases.release(claim.lease)
             return SliceResult(_as_slice_outcome(result.outcome), counters)
 
 
@@ -372,7 +372,7 @@ def _work(held: SliceContext) -> PartitionResult:
                 client=rt.client,
                 deadline=held.deadline,
                 throttle=throttle,
-                read_control=lambda: rt.store.get(name, projection=_CONTROL_FIELDS),
+                read_control=lambda: rt.store.states.get(name, projection=_CONTROL_FIELDS),
                 lease_lost=keeper.lost.is_set,
                 on_throttle=lambda change: rt.emit(
                     "background:throttle",
@@ -390,7 +390,7 @@ def _work(held: SliceContext) -> PartitionResult:
         if job.cancel.cancelled:
             return PartitionResult("stopped", {})
         raise _counted_failure(held, exc) from exc
-    rt.store.set(name, {"last_progress_at": utc_now()})
+    rt.store.states.set(name, {"last_progress_at": utc_now()})
     rt.emit(
         "background:slice:end",
         {
@@ -416,10 +416,10 @@ def _counted_failure(held: SliceContext, exc: Exception) -> MigronautError:
     deployment_fault = is_retryable_write(exc)
     try:
         if deployment_fault:
-            rt.store.release(lease)
+            rt.store.leases.release(lease)
             partition_failed = False
         else:
-            partition_failed = rt.store.fail_slice(
+            partition_failed = rt.store.leases.fail_slice(
                 lease, error=message, max_slice_failures=job.spec.max_slice_failures
             )
     except Exception:

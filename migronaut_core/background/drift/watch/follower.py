@@ -246,7 +246,7 @@ class Follower(threading.Thread):
 
     def _edges(self) -> tuple[list[Edge], int]:
         """The edges to serve, and how many completed migrations there are to serve."""
-        states = edge_states(self.rt.store.list_states(), self.collection)
+        states = edge_states(self.rt.store.states.list_states(), self.collection)
         edges = []
         for state in states:
             try:
@@ -277,7 +277,7 @@ class Follower(threading.Thread):
     def _signature(self) -> list[tuple[Any, ...]]:
         return [
             edge_signature(state)
-            for state in edge_states(self.rt.store.list_states(), self.collection)
+            for state in edge_states(self.rt.store.states.list_states(), self.collection)
         ]
 
     # -- one open stream ----------------------------------------------------------------
