@@ -49,7 +49,7 @@ def plan_once(
         answer = k.coordinate_background(name)
         seconds = time.perf_counter() - started
         partitions = k.background_partitions(name)
-        plan = (k.runtime.store.get(name) or {}).get("plan") or {}
+        plan = (k.runtime.store.states.get(name) or {}).get("plan") or {}
     if answer.next != "process":
         raise RuntimeError(f"the first coordinator step answered {answer.next!r}, not process")
     return {

@@ -16,11 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import pendulum
 from pymongo.client_session import ClientSession
 
 from migronaut_core import files
 from migronaut_core.changelog import Actor, ChangelogRecord
+from migronaut_core.clock import utc_now
 from migronaut_core.errors import BaselineConflictError
 from migronaut_core.files import LoadedMigration
 from migronaut_core.json_shape import to_json_dict
@@ -92,7 +92,7 @@ def _adopted(migration: LoadedMigration, run_id: str, actor: Actor) -> Changelog
         status="applied",
         kind=migration.kind,
         checksum=migration.checksum,
-        applied_at=pendulum.now("UTC"),
+        applied_at=utc_now(),
         duration_ms=0,
         run_id=run_id,
         description=migration.description,

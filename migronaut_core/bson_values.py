@@ -40,6 +40,9 @@ from bson.timestamp import Timestamp
 from migronaut_core.errors import ConfigInvalidError
 
 __all__ = [
+    "INT32_MAX",
+    "INT32_MIN",
+    "UUID_SUBTYPE",
     "bson_equal",
     "bson_type_name",
     "canonical_id_key",
@@ -50,9 +53,11 @@ __all__ = [
     "to_decimal",
 ]
 
-_INT32_MIN: Final = -(2**31)
-_INT32_MAX: Final = 2**31 - 1
-_UUID_SUBTYPE: Final = 4
+#: The range of a BSON int32; a Python ``int`` outside it is stored as an int64.
+INT32_MIN: Final = -(2**31)
+INT32_MAX: Final = 2**31 - 1
+#: The ``Binary`` subtype of a standard UUID.
+UUID_SUBTYPE: Final = 4
 
 #: Values that are immutable and may be shared between a document and its copy.
 _IMMUTABLE: Final = (
@@ -91,7 +96,7 @@ def bson_type_name(value: Any) -> str:
     if isinstance(value, Int64):
         return "long"
     if isinstance(value, int):
-        return "int" if _INT32_MIN <= value <= _INT32_MAX else "long"
+        return "int" if INT32_MIN <= value <= INT32_MAX else "long"
     if isinstance(value, Code):
         return "javascript" if value.scope is None else "javascriptWithScope"
     for types, kind in _KIND_CHECKS:
@@ -154,7 +159,7 @@ def _regex_parts(value: Regex[Any] | re.Pattern[Any]) -> tuple[Any, str]:
 
 def _binary_parts(value: bytes | uuid.UUID) -> tuple[int, bytes]:
     if isinstance(value, uuid.UUID):
-        return _UUID_SUBTYPE, value.bytes
+        return UUID_SUBTYPE, value.bytes
     if isinstance(value, Binary):
         return value.subtype, bytes(value)
     return 0, bytes(value)

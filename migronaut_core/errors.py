@@ -26,7 +26,6 @@ call again may succeed without anyone changing anything::
     │   ├── ShardMetadataError                retryable: chunks read mid-change
     │   ├── TransactionsUnsupportedError
     │   └── IndexMissingError                 ensure_indexes = false, and an index is missing
-    ├── ServerUnavailableError                no MongoDB to test or demo against
     └── BackgroundError
         ├── BackgroundPendingError            a requirement has not completed yet
         ├── BackgroundConflictError           a control that does not fit the state
@@ -196,13 +195,6 @@ class IndexMissingError(StoreError):
     code = "INDEX_MISSING"
 
 
-class ServerUnavailableError(MigronautError):
-    """No MongoDB server could be found or started for tests or the demo."""
-
-    code = "SERVER_UNAVAILABLE"
-    exit_code = 10
-
-
 class BackgroundError(MigronautError):
     code = "BACKGROUND_ERROR"
     exit_code = 11
@@ -301,7 +293,6 @@ __all__ = [
     "MigronautError",
     "NotAppliedError",
     "RunAbortedError",
-    "ServerUnavailableError",
     "ShardMetadataError",
     "StoreError",
     "TransactionsUnsupportedError",

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import pendulum
 
+from migronaut_core.clock import utc_now
 from migronaut_core.errors import (
     ConfigInvalidError,
     MigrationFileNotFoundError,
@@ -230,7 +231,7 @@ def _short(exc: BaseException, limit: int = 200) -> str:
 
 def new_name(slug: str, now: datetime | None = None) -> str:
     """Return a migration id for ``slug`` stamped with the UTC time ``now``."""
-    moment = pendulum.instance(now) if now is not None else pendulum.now("UTC")
+    moment = pendulum.instance(now) if now is not None else utc_now()
     return validate_name(f"{moment.in_timezone('UTC').format('YYYYMMDDHHmmss')}_{slug}")
 
 

@@ -16,7 +16,6 @@ import logging
 import os
 import socket
 import threading
-import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -28,6 +27,7 @@ from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
+from migronaut_core.clock import monotonic
 from migronaut_core.errors import LockAlreadyHeldError, LockLostError
 from migronaut_core.json_shape import json_field, to_json_dict
 
@@ -147,12 +147,12 @@ class MongoLock:
         :raises LockAlreadyHeldError: still held by someone else when the wait ends.
         """
         stop = cancel or threading.Event()
-        deadline = time.monotonic() + max(wait_seconds, 0)
+        deadline = monotonic() + max(wait_seconds, 0)
         while True:
             if self.try_acquire():
                 assert self.token is not None
                 return self.token
-            remaining = deadline - time.monotonic()
+            remaining = deadline - monotonic()
             if remaining <= 0 or stop.is_set():
                 raise self._held_error()
             stop.wait(min(poll_seconds, remaining))

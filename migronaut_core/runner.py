@@ -23,14 +23,12 @@ from __future__ import annotations
 import getpass
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-import pendulum
 from pymongo import MongoClient
 from pymongo.client_session import ClientSession
 from pymongo.database import Database
@@ -38,6 +36,7 @@ from pymongo.errors import PyMongoError
 
 from migronaut_core import files
 from migronaut_core.changelog import Actor, Changelog, ChangelogRecord
+from migronaut_core.clock import elapsed_ms, monotonic, utc_now
 from migronaut_core.config import Config
 from migronaut_core.deployment import supports_transactions
 from migronaut_core.errors import (
@@ -439,7 +438,7 @@ class MigrationRunner:
         self, direction: Direction, migration: LoadedMigration, run: _Run
     ) -> MigrationResult:
         run.lock.assert_held()
-        started = time.monotonic()
+        started = monotonic()
         details: dict[str, Any] = {}
 
         def body(session: ClientSession | None) -> None:
@@ -465,7 +464,7 @@ class MigrationRunner:
             if error is exc:
                 raise
             raise error from exc
-        duration = _elapsed_ms(started)
+        duration = int(elapsed_ms(started))
         status = _result_status(direction, migration)
         log.info("run %s: %s %s in %d ms", run.run_id, status, migration.name, duration)
         if migration.kind == "background":
@@ -563,8 +562,8 @@ def _record(
         status=status,
         kind=migration.kind,
         checksum=migration.checksum,
-        applied_at=pendulum.now("UTC"),
-        duration_ms=_elapsed_ms(started),
+        applied_at=utc_now(),
+        duration_ms=int(elapsed_ms(started)),
         run_id=run.run_id,
         description=migration.description,
         requested_by=run.actor.requested_by,
@@ -584,10 +583,6 @@ def _result_status(
 def new_run_id() -> str:
     """A short id for one run, recorded with each of its changelog records."""
     return uuid.uuid4().hex[:12]
-
-
-def _elapsed_ms(started: float) -> int:
-    return int((time.monotonic() - started) * 1000)
 
 
 __all__ = [

@@ -43,10 +43,6 @@ __all__ = [
     "version_of",
 ]
 
-_INT32_MIN: Final = -(2**31)
-_INT32_MAX: Final = 2**31 - 1
-_UUID_SUBTYPE: Final = 4
-
 #: The update operators :func:`stamped_diff` emits and :func:`updated_document` applies.
 _OPERATORS: Final = frozenset({"$set", "$unset", "$inc"})
 

@@ -11,6 +11,8 @@
 - :mod:`migronaut_dev.demo` — the Airflow half of ``scripts/demo.sh``.
 - :mod:`migronaut_dev.endpoints` — a free loopback port, and the Airflow ``mongo``
   connection of a MongoDB URI (the demo, the tests and the benchmarks share both).
+- :mod:`migronaut_dev.errors` — :class:`~migronaut_dev.errors.ServerUnavailableError`,
+  raised when no server can be found or started (never by the shipped packages).
 - :mod:`migronaut_dev.lifecycle` — the ``with`` block every local server above
   shares: whatever the outcome, stopped on leaving it.
 

@@ -13,7 +13,7 @@ from collections.abc import Collection
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from migronaut_core.errors import ServerUnavailableError
+from migronaut_dev.errors import ServerUnavailableError
 
 #: The interface every local server binds to.
 LOOPBACK = "127.0.0.1"

@@ -17,7 +17,7 @@ import pytest
 from pymongo import MongoClient
 from pymongo.database import Database
 
-from migronaut_core.errors import ServerUnavailableError
+from migronaut_dev.errors import ServerUnavailableError
 from migronaut_dev.mongod import (
     LocalReplicaSet,
     ServerHandle,

@@ -24,7 +24,7 @@ Messages name migrations, collections, fields and times, never document values.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from migronaut_core.background.indexes import has_probe_index
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.spec import REWRITING_MODES
 from migronaut_core.background.store import STREAMING_FRESH_SECONDS, WatchStore
+from migronaut_core.clock import utc_now
 from migronaut_core.errors import MigronautError
 
 __all__ = ["STALE_AFTER_SECONDS", "audit"]
@@ -58,10 +59,10 @@ def audit(
     :param stale_after_seconds: how long without progress makes a running
         migration stalled.
     """
-    at = now or datetime.now(UTC)
+    at = now or utc_now()
     findings: list[Finding] = []
     indexed: dict[tuple[str, str], bool] = {}
-    for state in rt.store.list_states():
+    for state in rt.store.states.list_states():
         findings.extend(_file_findings(state, migrations_dir))
         if state.get("status") == "running":
             findings.extend(_stall_findings(rt, state, at, stale_after_seconds))

@@ -17,10 +17,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
-
-import pendulum
 
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.engine.steps import STEP_SCOPE
@@ -46,6 +44,7 @@ from migronaut_core.background.telemetry import (
     SPAN_COORDINATE,
 )
 from migronaut_core.bson_values import canonical_id_key
+from migronaut_core.clock import utc_now
 from migronaut_core.errors import (
     ChecksumMismatchError,
     LockAlreadyHeldError,
@@ -136,12 +135,12 @@ def stalled_for(
     if state.get("status") != "running":
         return None
     name = str(state["_id"])
-    if rt.store.has_live_lease(name):
+    if rt.store.leases.has_live_lease(name):
         return None
-    since = last_activity(state, rt.store.last_partition_write(name))
+    since = last_activity(state, rt.store.partitions.last_partition_write(name))
     if since is None:
         return None
-    idle = (now or datetime.now(UTC)) - since
+    idle = (now or utc_now()) - since
     return idle if idle > timedelta(0) else None
 
 
@@ -191,7 +190,7 @@ def coordinate(
 
 
 def _step(rt: Runtime, name: str, driver: Driver, cancel: CancelToken) -> Answer:
-    state = rt.store.get(name)
+    state = rt.store.states.get(name)
     if state is None:
         return Answer("done", status="unregistered")
     if newer_schema(state):
@@ -208,7 +207,7 @@ def _step(rt: Runtime, name: str, driver: Driver, cancel: CancelToken) -> Answer
     if state["status"] == "blocked":
         unblocked = try_unblock(rt, state)
         if unblocked is None:
-            current = rt.store.get(name) or state
+            current = rt.store.states.get(name) or state
             return Answer("done", status="blocked", waits_for=list(current.get("waits_for", [])))
         state = unblocked
     round_ = None
@@ -220,10 +219,10 @@ def _step(rt: Runtime, name: str, driver: Driver, cancel: CancelToken) -> Answer
             return Answer("superseded", round=driver.round)
         else:
             round_ = driver.round
-    coordinator: dict[str, Any] = {"kind": driver.kind, "at": pendulum.now("UTC")}
+    coordinator: dict[str, Any] = {"kind": driver.kind, "at": utc_now()}
     if driver.ref is not None:
         coordinator["ref"] = driver.ref
-    rt.store.set(name, {"coordinator": coordinator, **({"round": round_} if round_ else {})})
+    rt.store.states.set(name, {"coordinator": coordinator, **({"round": round_} if round_ else {})})
     answer = _coordinate_pass(rt, name, state, cancel)
     if round_ is None:
         return answer
@@ -263,22 +262,23 @@ def _coordinate_pass(
                 job.collection,
             )
             state = (
-                rt.store.cas(
+                rt.store.states.cas(
                     name,
                     {"phase": "process", "plan.token": state["plan"]["token"]},
                     {"$set": {"phase": "replan"}},
                 )
-                or rt.store.get(name)
+                or rt.store.states.get(name)
                 or state
             )
         replanning = state.get("phase") == "replan"
         if replanning and state.get("plan") is not None:
             plan_token = state["plan"]["token"]
-            rt.store.supersede(name, generation=state["generation"], plan=plan_token)
-            if rt.store.live_leases(name) > 0:
+            rt.store.partitions.supersede(name, generation=state["generation"], plan=plan_token)
+            if rt.store.leases.live_leases(name) > 0:
                 return _retry_soon(rt, "replan-draining")
             state = (
-                rt.store.cas(name, {"phase": "replan"}, {"$set": {"phase": "partition"}}) or state
+                rt.store.states.cas(name, {"phase": "replan"}, {"$set": {"phase": "partition"}})
+                or state
             )
         plan = state.get("plan")
         if state.get("phase") != "process" or plan is None or plan.get("match") != source_hash:
@@ -293,10 +293,12 @@ def _coordinate_pass(
                 state = closed
                 continue
         if state["status"] == "pending":
-            moved = rt.store.move(name, from_statuses=sources("plan"), to="running", action="plan")
+            moved = rt.store.states.move(
+                name, from_statuses=sources("plan"), to="running", action="plan"
+            )
             state = moved or state
-        rt.telemetry.leases_reclaimed(name, rt.store.reap(name))
-        counts = rt.store.partition_counts(
+        rt.telemetry.leases_reclaimed(name, rt.store.leases.reap(name))
+        counts = rt.store.partitions.partition_counts(
             name, generation=state["generation"], plan=state["plan"]["token"]
         )
         if counts.open > 0:
@@ -339,7 +341,7 @@ def plan_pass(
     expected: dict[str, Any] = {"status": {"$in": ["pending", "running"]}}
     if state.get("checksum") is not None:
         expected["checksum"] = state["checksum"]
-    now = pendulum.now("UTC")
+    now = utc_now()
     plan_fields: dict[str, Any] = {
         "partitioner": job.partitioner.id,
         "method": plan.method,
@@ -357,7 +359,7 @@ def plan_pass(
     sharding = None if spec.mode == "step" else sharding_of(job, plan)
     if sharding is not None:
         plan_fields["sharding"] = sharding
-    committed = rt.store.commit_plan(
+    committed = rt.store.partitions.commit_plan(
         state["_id"],
         generation=int(state.get("generation", 0)),
         previous_token=(state.get("plan") or {}).get("token"),
@@ -374,7 +376,7 @@ def plan_pass(
     )
     if committed is None:
         return _retry_soon(rt, "plan-race")
-    rt.store.drop_foreign_plans(state["_id"], committed["plan"]["token"])
+    rt.store.partitions.drop_foreign_plans(state["_id"], committed["plan"]["token"])
     rt.emit(
         "background:partitioned",
         {
@@ -411,12 +413,12 @@ def _roll_up(rt: Runtime, state: dict[str, Any]) -> dict[str, Any]:
     name, generation = state["_id"], int(state["generation"])
     if int(state.get("rolled_generation", 0)) >= generation:
         return state
-    rolled = rt.store.generation_totals(name, generation)
+    rolled = rt.store.partitions.generation_totals(name, generation)
     increments = {f"totals.{key}": value for key, value in rolled.totals.items() if value}
     fields: dict[str, Any] = {
         "rolled_generation": generation,
         "bad_ids": _merged_bad_ids(state.get("bad_ids") or [], rolled.bad_ids),
-        "updated_at": pendulum.now("UTC"),
+        "updated_at": utc_now(),
     }
     if rolled.doc_errors:
         fields["doc_errors"] = [*(state.get("doc_errors") or []), *rolled.doc_errors][
@@ -428,8 +430,8 @@ def _roll_up(rt: Runtime, state: dict[str, Any]) -> dict[str, Any]:
     update: dict[str, Any] = {"$set": fields}
     if increments:
         update["$inc"] = increments
-    updated = rt.store.cas(name, {"rolled_generation": {"$lt": generation}}, update)
-    return updated or rt.store.get(name) or state
+    updated = rt.store.states.cas(name, {"rolled_generation": {"$lt": generation}}, update)
+    return updated or rt.store.states.get(name) or state
 
 
 def finalize(rt: Runtime, job: Job, state: dict[str, Any]) -> Answer | dict[str, Any]:
@@ -461,13 +463,13 @@ def finalize(rt: Runtime, job: Job, state: dict[str, Any]) -> Answer | dict[str,
             "totals": state.get("totals", {}),
         },
     )
-    following = rt.store.cas(
+    following = rt.store.states.cas(
         name,
         {"generation": generation, "phase": "process"},
-        {"$set": {"phase": "partition", "updated_at": pendulum.now("UTC")}},
+        {"$set": {"phase": "partition", "updated_at": utc_now()}},
     )
-    rt.store.drop_generations(name, generation - 1)
-    return following or rt.store.get(name) or state
+    rt.store.partitions.drop_generations(name, generation - 1)
+    return following or rt.store.states.get(name) or state
 
 
 def _remaining(rt: Runtime, job: Job, state: dict[str, Any]) -> int:
@@ -487,14 +489,14 @@ def _failed(rt: Runtime, state: Mapping[str, Any], reason: str | BaseException) 
 
 def _complete(rt: Runtime, job: Job, state: dict[str, Any], generation: int) -> Answer:
     name = state["_id"]
-    completed = rt.store.move(
+    completed = rt.store.states.move(
         name,
         from_statuses=sources("complete"),
         to="completed",
         action="complete",
-        fields={"completed_at": pendulum.now("UTC"), "phase": "process"},
+        fields={"completed_at": utc_now(), "phase": "process"},
     )
-    rt.store.drop_generations(name, generation - 1)
+    rt.store.partitions.drop_generations(name, generation - 1)
     if completed is not None:
         rt.forget_migration(name)
         failed_documents = len(completed.get("bad_ids") or [])
@@ -518,5 +520,5 @@ def _complete(rt: Runtime, job: Job, state: dict[str, Any], generation: int) -> 
         )
         if job.direction == "forward" and rt.on_completed is not None:
             rt.on_completed(name)
-    current = completed or rt.store.get(name) or {}
+    current = completed or rt.store.states.get(name) or {}
     return Answer("done", status=current.get("status"))

@@ -13,10 +13,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import pendulum
-
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.states import sources
+from migronaut_core.clock import utc_now
 from migronaut_core.scrub import error_text
 
 log = logging.getLogger("migronaut_core.background")
@@ -25,12 +24,12 @@ log = logging.getLogger("migronaut_core.background")
 def fail_state(rt: Runtime, state: Mapping[str, Any], reason: str | BaseException) -> str:
     """Move a background migration to ``failed`` with a value-free reason; return that reason."""
     message = error_text(reason)
-    failed = rt.store.move(
+    failed = rt.store.states.move(
         state["_id"],
         from_statuses=sources("fail"),
         to="failed",
         action="fail",
-        fields={"last_error": message, "failed_at": pendulum.now("UTC")},
+        fields={"last_error": message, "failed_at": utc_now()},
     )
     if failed is not None:
         rt.forget_migration(state["_id"])
@@ -48,7 +47,7 @@ def requires_status(rt: Runtime, requires: Sequence[str]) -> list[dict[str, Any]
     """
     if not requires:
         return []
-    states = rt.store.get_many(requires)
+    states = rt.store.states.get_many(requires)
     missing = [name for name in requires if name not in states]
     adopted = set(rt.adopted_of(missing)) if missing and rt.adopted_of is not None else set()
     rows = []
@@ -77,9 +76,9 @@ def try_unblock(rt: Runtime, state: Mapping[str, Any]) -> dict[str, Any] | None:
     waits = waiting_for(rt, list(state.get("requires") or []))
     if waits:
         if waits != list(state.get("waits_for") or []):
-            rt.store.set(state["_id"], {"waits_for": waits})
+            rt.store.states.set(state["_id"], {"waits_for": waits})
         return None
-    unblocked = rt.store.move(
+    unblocked = rt.store.states.move(
         state["_id"],
         from_statuses=sources("unblock"),
         to="pending",

@@ -94,7 +94,9 @@ class RunnerHooks:
         """
         if migration.kind != "background":
             return
-        state = self.runtime.store.get(migration.name, projection={"status": 1, "direction": 1})
+        state = self.runtime.store.states.get(
+            migration.name, projection={"status": 1, "direction": 1}
+        )
         if state is not None:
             raise BaselineConflictError(
                 f"background migration {migration.name} has a state ({state.get('direction')}, "
@@ -134,7 +136,7 @@ class RunnerHooks:
         transactions): it is completed as it stands, its progress kept.
         """
         loaded = self.files.resolve(migration)
-        state = self.runtime.store.get(migration.name)
+        state = self.runtime.store.states.get(migration.name)
         if _registered_as(state, loaded.checksum, "forward"):
             assert state is not None
             waits = list(state.get("waits_for") or [])
@@ -146,7 +148,7 @@ class RunnerHooks:
             }
         waits = waiting_for(self.runtime, loaded.requires)
         status = "blocked" if waits else "pending"
-        self.runtime.store.register(
+        self.runtime.store.states.register(
             migration.name,
             _registration(loaded, loaded.spec, status=status, direction="forward", waits_for=waits),
             by=None,
@@ -176,7 +178,7 @@ class RunnerHooks:
                     "mode": spec.mode,
                     "waits_for": [],
                 }
-            store.register(
+            store.states.register(
                 migration.name,
                 _registration(loaded, spec, status="pending", direction="revert", waits_for=[]),
                 action="revert",
@@ -185,7 +187,7 @@ class RunnerHooks:
             return {"status": "pending", "direction": "revert", "mode": spec.mode, "waits_for": []}
         if self._rewritten(migration.name, state):
             raise _irreversible(migration.name)
-        store.delete(migration.name, session=ctx.session)
+        store.states.delete(migration.name, session=ctx.session)
         return {"status": "withdrawn", "waits_for": []}
 
     def recorded(
@@ -219,7 +221,7 @@ class RunnerHooks:
     ) -> tuple[LoadedBackground, BackgroundSpec, dict[str, Any] | None]:
         """The file, the spec it runs by and its state: the spec stored at registration
         when there is one (the file may have been edited since), else the file's."""
-        state = self.runtime.store.get(migration.name)
+        state = self.runtime.store.states.get(migration.name)
         if state is None or not state.get("spec"):
             loaded = self.files.resolve(migration)
             return loaded, loaded.spec, state
@@ -239,7 +241,7 @@ class RunnerHooks:
             self._run_inline(migration.name)
 
     def _run_inline(self, name: str) -> None:
-        state = self.runtime.store.get(name)
+        state = self.runtime.store.states.get(name)
         if state is None:
             return
         for required in state.get("waits_for") or [] if state["status"] == "blocked" else []:
@@ -259,7 +261,7 @@ class RunnerHooks:
             return True
         return any(
             (partition.get("counters") or {}).get("migrated")
-            for partition in self.runtime.store.list_partitions(state["_id"])
+            for partition in self.runtime.store.partitions.list_partitions(state["_id"])
         )
 
 
@@ -268,7 +270,7 @@ def runnable(rt: Runtime) -> list[dict[str, Any]]:
     unblocked): ``{migration, status}``."""
     rows = []
     waiting = {"status": {"$in": ["pending", "running", "blocked"]}}
-    for state in rt.store.list_states(waiting):
+    for state in rt.store.states.list_states(waiting):
         current = try_unblock(rt, state) if state["status"] == "blocked" else state
         if current is not None:
             rows.append({"migration": current["_id"], "status": current["status"]})
@@ -277,7 +279,7 @@ def runnable(rt: Runtime) -> list[dict[str, Any]]:
 
 def unblock_dependents(rt: Runtime, name: str) -> None:
     """``name`` completed: move the blocked migrations that required it on, if they can."""
-    for state in rt.store.list_states({"requires": name, "status": "blocked"}):
+    for state in rt.store.states.list_states({"requires": name, "status": "blocked"}):
         try_unblock(rt, state)
 
 

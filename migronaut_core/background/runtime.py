@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -28,6 +27,7 @@ from migronaut_core.background.telemetry import NO_TELEMETRY, Telemetry
 from migronaut_core.background.throttle.pacing import warning_keys
 from migronaut_core.background.throttle.registry import ThrottleRegistry
 from migronaut_core.background.warn_once import WarnOnce
+from migronaut_core.clock import monotonic
 from migronaut_core.deployment import supports_transactions
 from migronaut_core.lock import MongoLock
 
@@ -108,7 +108,11 @@ class Runtime:
     @property
     def own_collections(self) -> frozenset[str]:
         """migronaut's own collections in :attr:`db`: the store's, the locks', the rest."""
-        store = (self.store.states.name, self.store.partitions.name, self.lock_collection)
+        store = (
+            self.store.states.collection.name,
+            self.store.partitions.collection.name,
+            self.lock_collection,
+        )
         return frozenset((*self.bookkeeping, *store))
 
     @property
@@ -129,7 +133,7 @@ class Runtime:
 
     def index_keys(self, collection: str) -> list[dict[str, Any]]:
         """The key patterns of a collection's indexes (none when it does not exist)."""
-        now = time.monotonic()
+        now = monotonic()
         with self._lock:
             hit = self._index_cache.get(collection)
         if hit is not None and now - hit[0] < INDEX_CACHE_SECONDS:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
@@ -35,6 +35,7 @@ from migronaut_core.background.store.stalls import (
     read_stall_evidence_async,
 )
 from migronaut_core.checks import check_number
+from migronaut_core.clock import utc_now
 from migronaut_core.config import BackgroundCollections
 
 __all__ = ["StallSignal", "StallWatchSettings", "next_stall_signal", "stall_watch_settings"]
@@ -106,7 +107,7 @@ async def next_stall_signal(
     chosen = settings or StallWatchSettings()
     limit = timedelta(seconds=chosen.stall_seconds)
     while True:
-        now = datetime.now(UTC)
+        now: datetime = utc_now()
         due = [
             stall
             for evidence in await read_stall_evidence_async(db, collections)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, ParamSpec, TypeVar
 import pendulum
 
 from migronaut_core.bson_values import json_safe
+from migronaut_core.clock import utc_now
 from migronaut_core.json_shape import json_field, to_json_dict
 
 if TYPE_CHECKING:
@@ -210,7 +211,7 @@ class BackgroundStatusView:
 
 def read_status(store: BackgroundStore, name: str) -> BackgroundStatusView | None:
     """One migration's view; None when it is not registered. Reads only."""
-    state = store.get(name, projection={"history": 0})
+    state = store.states.get(name, projection={"history": 0})
     return None if state is None else status_view(store, state)
 
 
@@ -227,12 +228,12 @@ def read_statuses(
         query["_id"] = {"$in": sorted(names)}
     if statuses:
         query["status"] = {"$in": sorted(statuses)}
-    return [status_view(store, state) for state in store.list_states(query)]
+    return [status_view(store, state) for state in store.states.list_states(query)]
 
 
 def registered_names(store: BackgroundStore) -> list[str]:
     """Every registered background migration, oldest first. Reads only."""
-    return [state["_id"] for state in store.list_states()]
+    return [state["_id"] for state in store.states.list_states()]
 
 
 def status_json(store: BackgroundStore, state: Document) -> dict[str, Any]:
@@ -244,7 +245,7 @@ def status_view(store: BackgroundStore, state: Document) -> BackgroundStatusView
     """The view of a state document, with its current partitions and live leases."""
     name = state["_id"]
     generation = state.get("generation", 0)
-    partitions = store.list_partitions(name, generation=generation)
+    partitions = store.partitions.list_partitions(name, generation=generation)
     shown = progress(state, partitions)
     spec = state.get("spec") or {}
     errors = list(state.get("doc_errors") or [])
@@ -268,7 +269,7 @@ def status_view(store: BackgroundStore, state: Document) -> BackgroundStatusView
         average_docs_per_second=None if rate is None else round(rate, 1),
         totals=dict(state.get("totals") or {}),
         partition_counts=_by_status(partitions),
-        live_leases=store.live_leases(name),
+        live_leases=store.leases.live_leases(name),
         failed_documents=len(state.get("bad_ids") or []) + pass_failed,
         failed_document_samples=tuple(
             json_safe({key: entry.get(key) for key in ("id", "reason", "error")})
@@ -411,7 +412,7 @@ def average_rate(state: Document, done_now: int) -> float | None:
     finished = state.get("status") == "completed"
     if started is None or done_now <= 0 or (finished and completed is None):
         return None
-    end = pendulum.instance(completed) if finished and completed else pendulum.now("UTC")
+    end = pendulum.instance(completed) if finished and completed else utc_now()
     elapsed = (end - pendulum.instance(started)).total_seconds()
     return done_now / elapsed if elapsed > 0 else None
 

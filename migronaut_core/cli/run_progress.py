@@ -14,12 +14,12 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
 from migronaut_core import CancelToken
+from migronaut_core.clock import monotonic
 
 #: Without a live bar, ``background run`` prints a progress line this often.
 PLAIN_PROGRESS_SECONDS = 2.0
@@ -79,7 +79,7 @@ class RunProgress:
         self.done = int(shown.get("done") or 0)
         self.migrated = 0
         self._lock = threading.Lock()
-        self._printed_at = time.monotonic()
+        self._printed_at = monotonic()
         self._moved = False  # any event seen: worth a last plain line
         self._bar: Any = None
         self._task: Any = None
@@ -114,11 +114,11 @@ class RunProgress:
     def _show(self, *, force: bool) -> None:
         if self._bar is not None:
             self._bar.update(self._task, total=self.estimate or None, completed=self.done)
-        elif force or time.monotonic() - self._printed_at >= PLAIN_PROGRESS_SECONDS:
+        elif force or monotonic() - self._printed_at >= PLAIN_PROGRESS_SECONDS:
             self._print_line()
 
     def _print_line(self) -> None:
-        self._printed_at = time.monotonic()
+        self._printed_at = monotonic()
         percent = f" ({min(100.0, 100 * self.done / self.estimate):.1f}%)" if self.estimate else ""
         print(
             f"{self.name}: {self.done}/{self.estimate or '?'} documents{percent}, "

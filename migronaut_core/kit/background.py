@@ -123,7 +123,7 @@ class BackgroundOperations(KitBase):
         return [
             view.name
             for view in read_statuses(store, statuses=["running"])
-            if (state := store.get(view.name)) is not None
+            if (state := store.states.get(view.name)) is not None
             and (idle := stalled_for(self.runtime, state)) is not None
             and idle >= limit
         ]
@@ -175,7 +175,9 @@ class BackgroundOperations(KitBase):
     def background_partitions(self, name: str) -> list[dict[str, Any]]:
         """The partitions of the current generation: scope, cursor, counters, lease holder."""
         state = self._registered(name)
-        partitions = self.runtime.store.list_partitions(name, generation=state["generation"])
+        partitions = self.runtime.store.partitions.list_partitions(
+            name, generation=state["generation"]
+        )
         return [partition_json(partition) for partition in partitions]
 
     def background_history(self, name: str) -> list[dict[str, Any]]:
@@ -240,7 +242,7 @@ class BackgroundOperations(KitBase):
         A retry the state machine refuses raises here, so it leaves the file's pin
         (spec, checksum, changelog) as it was.
         """
-        state = self.runtime.store.get(name)
+        state = self.runtime.store.states.get(name)
         if state is not None:
             status = state["status"]
             transition(status, "reopen" if status == "completed" else "retry", migration=name)

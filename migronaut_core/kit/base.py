@@ -186,7 +186,7 @@ class KitBase:
         :raises NotAppliedError: it is not registered.
         """
         files.validate_name(name)
-        state = self.runtime.store.get(name)
+        state = self.runtime.store.states.get(name)
         if state is None:
             raise NotAppliedError(
                 f"background migration {name} is not registered; run `migronaut up` first",

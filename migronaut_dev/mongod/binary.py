@@ -13,7 +13,8 @@ import shutil
 from pathlib import Path
 from typing import Literal
 
-from migronaut_core.errors import ConfigInvalidError, ServerUnavailableError
+from migronaut_core.errors import ConfigInvalidError
+from migronaut_dev.errors import ServerUnavailableError
 
 #: Path (or name on ``PATH``) of the ``mongod`` to use before any other.
 MONGOD_BINARY_ENV = "MIGRONAUT_MONGOD_BINARY"

@@ -22,8 +22,9 @@ from typing import Any
 
 from pymongo.errors import PyMongoError
 
-from migronaut_core.errors import MigronautError, ServerUnavailableError
+from migronaut_core.errors import MigronautError
 from migronaut_dev.endpoints import LOOPBACK
+from migronaut_dev.errors import ServerUnavailableError
 from migronaut_dev.mongod.plumbing import (
     direct_client,
     pid_alive,

@@ -26,8 +26,9 @@ from typing import Any
 from pymongo import MongoClient
 from pymongo.errors import OperationFailure, PyMongoError
 
-from migronaut_core.errors import ConfigInvalidError, ServerUnavailableError
+from migronaut_core.errors import ConfigInvalidError
 from migronaut_dev.endpoints import LOOPBACK, free_port
+from migronaut_dev.errors import ServerUnavailableError
 from migronaut_dev.lifecycle import StopsOnExit
 from migronaut_dev.mongod.binary import find_mongod
 from migronaut_dev.mongod.plumbing import (

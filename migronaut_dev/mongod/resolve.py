@@ -18,8 +18,9 @@ from typing import Any, Literal
 
 from pymongo.errors import OperationFailure
 
-from migronaut_core.errors import ConfigInvalidError, ServerUnavailableError
+from migronaut_core.errors import ConfigInvalidError
 from migronaut_core.scrub import redact_uri
+from migronaut_dev.errors import ServerUnavailableError
 from migronaut_dev.lifecycle import StopsOnExit
 from migronaut_dev.mongod.binary import (
     DEMO_URI_ENV,

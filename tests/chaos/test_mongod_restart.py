@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from pymongo import MongoClient
 
-from migronaut_core.errors import ServerUnavailableError
+from migronaut_dev.errors import ServerUnavailableError
 from migronaut_dev.mongod import LocalReplicaSet, find_mongod, start_replica_set
 from tests.support.app_writer import AppWriter
 from tests.support.chaos import (

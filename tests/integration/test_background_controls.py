@@ -93,7 +93,7 @@ def test_pause_from_another_process_stops_lanes_within_a_batch_then_resume_finis
     time.sleep(0.5)
     assert db.users.count_documents({"_v": 2}) - at_pause <= 2 * 50
     # The lanes read a batch ahead, but a stopped lane leaves no intent it did not write.
-    partitions = kit.runtime.store.partitions
+    partitions = kit.runtime.store.partitions.collection
     assert partitions.count_documents({"migration": SPLIT_NAME, "inflight": {"$exists": True}}) == 0
 
     assert (

@@ -12,7 +12,7 @@ import pytest
 from pymongo.database import Database
 
 from migronaut_core.background.store import BackgroundStore
-from migronaut_core.background.store.partitions import live_leases_filter
+from migronaut_core.background.store.leases import live_leases_filter
 from migronaut_core.config import BackgroundCollections
 from migronaut_core.errors import LockLostError
 
@@ -23,12 +23,12 @@ NAME = "20240101000000_m"
 def store(db: Database[dict[str, Any]]) -> BackgroundStore:
     store = BackgroundStore(db, BackgroundCollections.from_prefix("migronaut_background"))
     store.ensure_indexes()
-    store.register(NAME, {"status": "running", "checksum": "c1"})
+    store.states.register(NAME, {"status": "running", "checksum": "c1"})
     return store
 
 
 def plan(store: BackgroundStore, partitions: int = 30) -> dict[str, Any]:
-    committed = store.commit_plan(
+    committed = store.partitions.commit_plan(
         NAME,
         generation=0,
         previous_token=None,
@@ -88,54 +88,64 @@ def test_live_leases_never_exceed_max_parallel_across_processes(
     assert all(process.returncode == 0 for process in processes)
     assert sum(claims) > 50
     assert max(samples) == 3  # the slots were saturated, and never exceeded
-    assert store.live_leases(NAME) == 0
+    assert store.leases.live_leases(NAME) == 0
 
 
 def test_a_reaped_lane_cannot_checkpoint(store: BackgroundStore) -> None:
     state = plan(store, partitions=1)
     token = state["plan"]["token"]
-    claim = store.claim(NAME, generation=1, plan=token, max_parallel=2, ttl_ms=300, owner="a")
+    claim = store.leases.claim(
+        NAME, generation=1, plan=token, max_parallel=2, ttl_ms=300, owner="a"
+    )
     assert claim.lease is not None
-    store.checkpoint(claim.lease, cursor={"after": 10}, counters={"migrated": 5})
-    assert store.reap(NAME) == 0  # renewed just now
+    store.leases.checkpoint(claim.lease, cursor={"after": 10}, counters={"migrated": 5})
+    assert store.leases.reap(NAME) == 0  # renewed just now
     time.sleep(0.6)
-    assert store.reap(NAME) == 1  # lapsed by the server's clock
+    assert store.leases.reap(NAME) == 1  # lapsed by the server's clock
     with pytest.raises(LockLostError):
-        store.checkpoint(claim.lease, cursor={"after": 99}, counters={"migrated": 500})
+        store.leases.checkpoint(claim.lease, cursor={"after": 99}, counters={"migrated": 500})
     with pytest.raises(LockLostError):
-        store.record_intent(claim.lease, [1, 2])
-    assert not store.renew(claim.lease)
-    partition = store.partitions.find_one({"migration": NAME})
+        store.leases.record_intent(claim.lease, [1, 2])
+    assert not store.leases.renew(claim.lease)
+    partition = store.partitions.collection.find_one({"migration": NAME})
     assert partition is not None
     assert partition["counters"] == {"migrated": 5}
     assert partition["cursor"] == {"after": 10}
-    second = store.claim(NAME, generation=1, plan=token, max_parallel=2, ttl_ms=30_000, owner="b")
+    second = store.leases.claim(
+        NAME, generation=1, plan=token, max_parallel=2, ttl_ms=30_000, owner="b"
+    )
     assert second.partition is not None and second.partition["_id"] == partition["_id"]
 
 
 def test_a_renewed_lease_is_not_reaped(store: BackgroundStore) -> None:
     state = plan(store, partitions=1)
-    claim = store.claim(
+    claim = store.leases.claim(
         NAME, generation=1, plan=state["plan"]["token"], max_parallel=1, ttl_ms=500, owner="a"
     )
     assert claim.lease is not None
     for _ in range(4):
         time.sleep(0.25)
-        assert store.renew(claim.lease)
-        assert store.reap(NAME) == 0
+        assert store.leases.renew(claim.lease)
+        assert store.leases.reap(NAME) == 0
 
 
 def test_claims_report_busy_and_exhausted(store: BackgroundStore) -> None:
     state = plan(store, partitions=2)
     token = state["plan"]["token"]
-    first = store.claim(NAME, generation=1, plan=token, max_parallel=1, ttl_ms=30_000, owner="a")
+    first = store.leases.claim(
+        NAME, generation=1, plan=token, max_parallel=1, ttl_ms=30_000, owner="a"
+    )
     assert first.lease is not None
-    busy = store.claim(NAME, generation=1, plan=token, max_parallel=1, ttl_ms=30_000, owner="b")
+    busy = store.leases.claim(
+        NAME, generation=1, plan=token, max_parallel=1, ttl_ms=30_000, owner="b"
+    )
     assert busy.busy
-    store.checkpoint(first.lease, cursor={}, counters={"migrated": 1}, done=True)
-    second = store.claim(NAME, generation=1, plan=token, max_parallel=1, ttl_ms=30_000, owner="b")
+    store.leases.checkpoint(first.lease, cursor={}, counters={"migrated": 1}, done=True)
+    second = store.leases.claim(
+        NAME, generation=1, plan=token, max_parallel=1, ttl_ms=30_000, owner="b"
+    )
     assert second.lease is not None
-    exhausted = store.claim(
+    exhausted = store.leases.claim(
         NAME, generation=1, plan=token, max_parallel=5, ttl_ms=30_000, owner="c"
     )
     assert exhausted.exhausted
@@ -148,7 +158,7 @@ def test_only_one_of_racing_plans_commits(store: BackgroundStore) -> None:
     def commit() -> None:
         barrier.wait()
         results.append(
-            store.commit_plan(
+            store.partitions.commit_plan(
                 NAME,
                 generation=0,
                 previous_token=None,
@@ -168,12 +178,12 @@ def test_only_one_of_racing_plans_commits(store: BackgroundStore) -> None:
     winners = [result for result in results if result is not None]
     assert len(winners) == 1
     token = winners[0]["plan"]["token"]
-    assert {doc["plan"] for doc in store.partitions.find({"migration": NAME})} == {token}
-    assert store.partitions.count_documents({"migration": NAME}) == 3
+    assert {doc["plan"] for doc in store.partitions.collection.find({"migration": NAME})} == {token}
+    assert store.partitions.collection.count_documents({"migration": NAME}) == 3
 
 
 def test_a_plan_does_not_commit_over_a_changed_checksum(store: BackgroundStore) -> None:
-    lost = store.commit_plan(
+    lost = store.partitions.commit_plan(
         NAME,
         generation=0,
         previous_token=None,
@@ -184,7 +194,7 @@ def test_a_plan_does_not_commit_over_a_changed_checksum(store: BackgroundStore) 
         fields={},
     )
     assert lost is None
-    assert store.partitions.count_documents({"migration": NAME}) == 0
+    assert store.partitions.collection.count_documents({"migration": NAME}) == 0
 
 
 def test_a_pass_rolls_into_the_totals_exactly_once(store: BackgroundStore) -> None:
@@ -195,11 +205,13 @@ def test_a_pass_rolls_into_the_totals_exactly_once(store: BackgroundStore) -> No
     state = plan(store, partitions=2)
     token = state["plan"]["token"]
     for owner in ("a", "b"):
-        claim = store.claim(
+        claim = store.leases.claim(
             NAME, generation=1, plan=token, max_parallel=2, ttl_ms=30_000, owner=owner
         )
         assert claim.lease is not None
-        store.checkpoint(claim.lease, cursor={}, counters={"migrated": 10, "batches": 1}, done=True)
+        store.leases.checkpoint(
+            claim.lease, cursor={}, counters={"migrated": 10, "batches": 1}, done=True
+        )
     runtime = Runtime(
         db=store.db,
         client=store.db.client,
@@ -209,10 +221,10 @@ def test_a_pass_rolls_into_the_totals_exactly_once(store: BackgroundStore) -> No
         lock_collection="migronaut_lock",
         ttl_seconds=5,
     )
-    stale = store.get(NAME)
+    stale = store.states.get(NAME)
     assert stale is not None
     _roll_up(runtime, stale)
     _roll_up(runtime, stale)  # a crashed coordinator rolling the same pass again
-    _roll_up(runtime, store.get(NAME) or {})
-    totals = (store.get(NAME) or {})["totals"]
+    _roll_up(runtime, store.states.get(NAME) or {})
+    totals = (store.states.get(NAME) or {})["totals"]
     assert totals == {"migrated": 20, "batches": 2}

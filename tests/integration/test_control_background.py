@@ -102,7 +102,7 @@ def test_a_refused_retry_leaves_the_pin_as_it_was(
     write_background(migrations, batch_size=50, max_parallel=2)
     kit.up()
     kit.control_background(SPLIT_NAME, "pause")
-    pinned = kit.runtime.store.get(SPLIT_NAME)
+    pinned = kit.runtime.store.states.get(SPLIT_NAME)
     assert pinned is not None
     history = kit.background_history(SPLIT_NAME)
     write_background(migrations, batch_size=50, max_parallel=3)
@@ -110,7 +110,7 @@ def test_a_refused_retry_leaves_the_pin_as_it_was(
         with pytest.raises(BackgroundConflictError) as error:
             kit.control_background(SPLIT_NAME, action, repin=True)
         assert error.value.context["status"] == "paused"
-    after = kit.runtime.store.get(SPLIT_NAME)
+    after = kit.runtime.store.states.get(SPLIT_NAME)
     assert after is not None
     assert (after["checksum"], after["spec"]) == (pinned["checksum"], pinned["spec"])
     assert kit.background_history(SPLIT_NAME) == history

@@ -25,7 +25,7 @@ NAME = "20240101000000_sharded"
 def store(db: Database[dict[str, Any]]) -> BackgroundStore:
     store = BackgroundStore(db, BackgroundCollections.from_prefix("migronaut_background"))
     store.ensure_indexes()
-    store.register(NAME, {"status": "running", "checksum": "c1"})
+    store.states.register(NAME, {"status": "running", "checksum": "c1"})
     return store
 
 
@@ -36,7 +36,7 @@ def _plan(store: BackgroundStore, groups: list[str | None]) -> dict[str, Any]:
         if group is not None:
             scope["group"] = group
         scopes.append(scope)
-    committed = store.commit_plan(
+    committed = store.partitions.commit_plan(
         NAME,
         generation=0,
         previous_token=None,
@@ -53,7 +53,7 @@ def _plan(store: BackgroundStore, groups: list[str | None]) -> dict[str, Any]:
 def _claim(
     store: BackgroundStore, state: dict[str, Any], owner: str, *, cap: int | None, lanes: int = 8
 ) -> Claim:
-    return store.claim(
+    return store.leases.claim(
         NAME,
         generation=state["generation"],
         plan=state["plan"]["token"],
@@ -73,7 +73,10 @@ def _live_by_group(db: Database[dict[str, Any]]) -> Counter[str | None]:
 
 def test_partitions_keep_their_group(store: BackgroundStore) -> None:
     state = _plan(store, ["s0", "s0", "s1", None])
-    groups = [p.get("group") for p in store.list_partitions(NAME, generation=state["generation"])]
+    groups = [
+        p.get("group")
+        for p in store.partitions.list_partitions(NAME, generation=state["generation"])
+    ]
     assert groups == ["s0", "s0", "s1", None]
 
 
@@ -87,7 +90,7 @@ def test_claims_are_capped_per_group(store: BackgroundStore, db: Database[dict[s
     assert _live_by_group(db) == {"s0": 1, "s1": 1, "s2": 1}
     # A released lease frees its group slot for the next lane.
     first = claims[0].lease
-    assert first is not None and store.release(first)
+    assert first is not None and store.leases.release(first)
     again = _claim(store, state, "lane9", cap=1)
     assert again.lease is not None and again.lease.group == first.group
 
@@ -116,10 +119,10 @@ def test_a_full_group_is_busy_and_a_drained_plan_exhausted(store: BackgroundStor
     assert first.lease is not None
     blocked = _claim(store, state, "lane1", cap=1)
     assert blocked.busy and not blocked.exhausted
-    store.checkpoint(first.lease, cursor={}, counters={"batches": 1}, done=True)
+    store.leases.checkpoint(first.lease, cursor={}, counters={"batches": 1}, done=True)
     second = _claim(store, state, "lane1", cap=1)
     assert second.lease is not None
-    store.checkpoint(second.lease, cursor={}, counters={"batches": 1}, done=True)
+    store.leases.checkpoint(second.lease, cursor={}, counters={"batches": 1}, done=True)
     assert _claim(store, state, "lane2", cap=1).exhausted
 
 
@@ -142,7 +145,7 @@ def test_concurrent_claimants_never_exceed_the_cap(
                 claim = _claim(store, state, f"lane{n}", cap=2, lanes=16)
                 if claim.lease is None:
                     continue
-                store.checkpoint(claim.lease, cursor={}, counters={"batches": 1}, done=True)
+                store.leases.checkpoint(claim.lease, cursor={}, counters={"batches": 1}, done=True)
         except BaseException as exc:  # surfaced below
             failures.append(exc)
 
@@ -157,5 +160,7 @@ def test_concurrent_claimants_never_exceed_the_cap(
     sampler.join()
     assert not failures
     assert peak and max(peak.values()) <= 2
-    done = store.partition_counts(NAME, generation=state["generation"], plan=state["plan"]["token"])
+    done = store.partitions.partition_counts(
+        NAME, generation=state["generation"], plan=state["plan"]["token"]
+    )
     assert done.done > 0

@@ -205,10 +205,10 @@ def test_a_dead_lanes_lapsed_lease_is_counted_once_when_reaped(
     with make_kit(mongo_uri, db, migrations, **captured.providers()) as kit:
         kit.up()
         assert kit.coordinate_background(SPLIT_NAME).next == "process"
-        state = kit.runtime.store.get(SPLIT_NAME)
+        state = kit.runtime.store.states.get(SPLIT_NAME)
         assert state is not None
         # A lane that claimed a partition and died: its lease is never renewed.
-        dead = kit.runtime.store.claim(
+        dead = kit.runtime.store.leases.claim(
             SPLIT_NAME,
             generation=state["generation"],
             plan=state["plan"]["token"],

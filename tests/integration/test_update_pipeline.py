@@ -143,7 +143,10 @@ def test_pause_and_cancel_stop_within_a_batch_and_resume_and_retry_finish_exactl
     # Each lane finishes at most the batch it was writing (and the one read ahead).
     assert 300 <= at_pause <= 300 + 2 * 2 * 100
     assert at_pause == sum(seen)
-    assert kit.runtime.store.partitions.count_documents({"inflight": {"$exists": True}}) == 0
+    assert (
+        kit.runtime.store.partitions.collection.count_documents({"inflight": {"$exists": True}})
+        == 0
+    )
 
     kit.resume_background(SPLIT_NAME)
     seen.clear()

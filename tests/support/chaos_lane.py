@@ -37,14 +37,14 @@ from collections.abc import Callable
 from typing import Any
 
 from migronaut_core import BackgroundFailedError, Migronaut
-from migronaut_core.background.store import BackgroundStore, Lease
+from migronaut_core.background.store import Lease, Leases
 from migronaut_core.errors import LockLostError
 
 FENCE_LOG_ENV = "MIGRONAUT_CHAOS_FENCE_LOG"
 CHECKPOINT_PAUSE_ENV = "MIGRONAUT_CHAOS_CHECKPOINT_PAUSE"
 FREEZE_AT_CHECKPOINT_ENV = "MIGRONAUT_CHAOS_FREEZE_AT_CHECKPOINT"
 DIE_AFTER_CHECKPOINT_ENV = "MIGRONAUT_CHAOS_DIE_AFTER_CHECKPOINT"
-#: Store methods that are filtered on the lease token, and so refuse a stale lane.
+#: Lease methods (``store.leases``) filtered on the lease token, so refusing a stale lane.
 FENCED_METHODS = ("record_intent", "checkpoint", "settle_inflight", "renew", "release")
 
 
@@ -106,7 +106,7 @@ def _instrumented(
     method: str, original: Callable[..., Any], log: FenceLog | None, batches: BatchCheckpoints
 ) -> Callable[..., Any]:
     @functools.wraps(original)
-    def fenced(self: BackgroundStore, lease: Lease, *args: Any, **kwargs: Any) -> Any:
+    def fenced(self: Leases, lease: Lease, *args: Any, **kwargs: Any) -> Any:
         entry = _describe(method, lease, kwargs)
         if method == "checkpoint" and kwargs.get("counters"):
             batches.before()
@@ -128,11 +128,11 @@ def _instrumented(
 
 
 def instrument(log_path: str | None, batches: BatchCheckpoints) -> None:
-    """Wrap the store's fenced writes: log their outcome, act before batch checkpoints."""
+    """Wrap the leases' fenced writes: log their outcome, act before batch checkpoints."""
     log = FenceLog(log_path) if log_path else None
     for method in FENCED_METHODS:
-        original = getattr(BackgroundStore, method)
-        setattr(BackgroundStore, method, _instrumented(method, original, log, batches))
+        original = getattr(Leases, method)
+        setattr(Leases, method, _instrumented(method, original, log, batches))
 
 
 def main(argv: list[str]) -> int:

@@ -30,7 +30,7 @@ def main(argv: list[str]) -> int:
     def claimer(index: int) -> None:
         nonlocal claims
         while time.monotonic() < until:
-            claim = store.claim(
+            claim = store.leases.claim(
                 name,
                 generation=int(generation),
                 plan=plan,
@@ -44,7 +44,7 @@ def main(argv: list[str]) -> int:
             with lock:
                 claims += 1
             time.sleep(0.01)
-            store.release(claim.lease)
+            store.leases.release(claim.lease)
 
     workers = [threading.Thread(target=claimer, args=(i,)) for i in range(int(threads))]
     for worker in workers:

@@ -17,21 +17,21 @@ import sys
 from typing import Any
 
 from migronaut_core import BackgroundFailedError, Migronaut
-from migronaut_core.background.store import BackgroundStore
+from migronaut_core.background.store import Leases
 
 
 def die_at_checkpoint(number: int) -> None:
-    original = BackgroundStore.checkpoint
+    original = Leases.checkpoint
     calls = 0
 
-    def checkpoint(self: BackgroundStore, *args: Any, **kwargs: Any) -> None:
+    def checkpoint(self: Leases, *args: Any, **kwargs: Any) -> None:
         nonlocal calls
         calls += 1
         if calls >= number:
             os.kill(os.getpid(), signal.SIGKILL)
         original(self, *args, **kwargs)
 
-    BackgroundStore.checkpoint = checkpoint  # type: ignore[method-assign]
+    Leases.checkpoint = checkpoint  # type: ignore[method-assign]
 
 
 def main(argv: list[str]) -> int:

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from migronaut_core.errors import ConfigInvalidError, ServerUnavailableError
+from migronaut_core.errors import ConfigInvalidError
 from migronaut_dev.endpoints import free_port
+from migronaut_dev.errors import ServerUnavailableError
 from migronaut_dev.mongod import (
     DEMO_URI_ENV,
     MONGOD_BINARY_ENV,

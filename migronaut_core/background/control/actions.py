@@ -13,13 +13,10 @@ already in effect answers ``unchanged``. Every control answers a
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Final, Literal, get_args
-
-import pendulum
 
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.lifecycle import waiting_for
@@ -27,6 +24,7 @@ from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.spec import Direction, match_hash, read_stored
 from migronaut_core.background.states import TERMINAL, transition
 from migronaut_core.changelog import Actor
+from migronaut_core.clock import monotonic, utc_now
 from migronaut_core.errors import BackgroundConflictError, ConfigInvalidError, NotAppliedError
 from migronaut_core.json_shape import json_field, to_json_dict
 
@@ -185,7 +183,7 @@ def _registered(rt: Runtime, name: str, action: str) -> dict[str, Any]:
 
     :raises NotAppliedError: it is not registered (as the kit's reads say).
     """
-    state = rt.store.get(name)
+    state = rt.store.states.get(name)
     if state is None:
         raise NotAppliedError(
             f"background migration {name} is not registered; run `migronaut up` first",
@@ -211,7 +209,7 @@ def control(
         if move.applied == "unchanged":
             return ControlResult("unchanged", state["status"])
         target, fields = _plan_move(rt, state, action, effective, move.to, from_start, who)
-        moved = rt.store.move(
+        moved = rt.store.states.move(
             name,
             from_statuses=[state["status"]],
             to=target,
@@ -250,9 +248,7 @@ def _plan_move(
     from_start: bool,
     actor: Actor,
 ) -> tuple[str, dict[str, Any]]:
-    fields: dict[str, Any] = {
-        "control": {**actor.fields(), "action": action, "at": pendulum.now("UTC")}
-    }
+    fields: dict[str, Any] = {"control": {**actor.fields(), "action": action, "at": utc_now()}}
     if action == "resume":
         waits = waiting_for(rt, list(state.get("requires") or []))
         if waits:
@@ -296,11 +292,13 @@ def _adjust_partitions(
         return
     name, generation, token = state["_id"], int(state["generation"]), plan["token"]
     if action == "cancel":
-        rt.store.set_open_partitions(name, generation=generation, plan=token, status="cancelled")
+        rt.store.partitions.set_open_partitions(
+            name, generation=generation, plan=token, status="cancelled"
+        )
     elif action == "retry" and from_start:
-        rt.store.drop_generations(name, generation)
+        rt.store.partitions.drop_generations(name, generation)
     elif action == "retry" and effective != "reopen" and not _pass_closed(state):
-        rt.store.set_open_partitions(
+        rt.store.partitions.set_open_partitions(
             name,
             generation=generation,
             plan=token,
@@ -328,12 +326,12 @@ def repin(rt: Runtime, name: str, *, actor: Actor | None = None) -> tuple[Contro
     fields: dict[str, Any] = {
         "checksum": loaded.checksum,
         "spec": after.to_document(),
-        "control": {**who.fields(), "action": "repin", "at": pendulum.now("UTC")},
+        "control": {**who.fields(), "action": "repin", "at": utc_now()},
     }
     if replan and state["status"] not in TERMINAL and state.get("plan") is not None:
         fields["phase"] = "replan"
-    rt.store.set(name, fields)
-    rt.store.note(name, {"action": "repin", **who.fields(), "replan": replan})
+    rt.store.states.set(name, fields)
+    rt.store.states.note(name, {"action": "repin", **who.fields(), "replan": replan})
     rt.emit("background:control", {"migration": name, "action": "repin", "replan": replan})
     return ControlResult("changed", state["status"], replan=replan), loaded.checksum
 
@@ -346,8 +344,8 @@ def unlock(rt: Runtime, name: str, *, actor: Actor | None = None) -> ControlResu
     who = actor or Actor()
     state = _registered(rt, name, "unlock")
     lock = rt.lock_for(name).force_release() is not None
-    leases = rt.store.unlock_all(name)
-    rt.store.note(name, {"action": "unlock", "lock": lock, "leases": leases, **who.fields()})
+    leases = rt.store.leases.unlock_all(name)
+    rt.store.states.note(name, {"action": "unlock", "lock": lock, "leases": leases, **who.fields()})
     rt.emit(
         "background:control",
         {"migration": name, "action": "unlock", "lock": lock, "leases": leases},
@@ -372,9 +370,9 @@ def wait_for_lanes(
 ) -> bool:
     """Wait until no lane holds a lease; False when the timeout came first."""
     token = cancel or CancelToken()
-    until = time.monotonic() + timeout_seconds
+    until = monotonic() + timeout_seconds
     while True:
-        if rt.store.live_leases(name) == 0:
+        if rt.store.leases.live_leases(name) == 0:
             return True
-        if time.monotonic() >= until or token.sleep(poll_seconds):
+        if monotonic() >= until or token.sleep(poll_seconds):
             return False

@@ -38,7 +38,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -57,6 +56,7 @@ from migronaut_core.background.store.drift_events import (
     save_drift_position_async,
 )
 from migronaut_core.checks import check_number
+from migronaut_core.clock import monotonic
 from migronaut_core.config import BackgroundCollections
 from migronaut_core.server_errors import history_lost
 
@@ -257,7 +257,7 @@ class _DriftWait:
                     return signal, token, False
                 refire_due = False
             served = [(edge.name, edge.generation) for edge in edges]
-            saved_at = refresh_at = time.monotonic()
+            saved_at = refresh_at = monotonic()
             seen = 0
             while True:
                 change = await stream.try_next()
@@ -276,8 +276,8 @@ class _DriftWait:
                     signal = await self._probe_and_fire(edges, "stream", token)
                     if signal is not None:
                         return signal, token, False
-                    saved_at = time.monotonic()
-                now = time.monotonic()
+                    saved_at = monotonic()
+                now = monotonic()
                 if now - saved_at >= self.settings.checkpoint_seconds:
                     await self._save(token)
                     saved_at = now

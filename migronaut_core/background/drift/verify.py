@@ -51,7 +51,7 @@ def verify(
     """
     wanted = set(collections) if collections is not None else None
     checked, skipped, drifted = 0, 0, []
-    for state in rt.store.list_states({"status": "completed"}):
+    for state in rt.store.states.list_states({"status": "completed"}):
         if state.get("direction") == "revert" or not state.get("spec"):
             continue
         spec = read_stored(state["spec"])

@@ -57,7 +57,7 @@ def dry_run(
     """
     method, size = check_options(sample=sample, first=first)
     loaded = rt.load(name)
-    state = rt.store.get(name, projection={"history": 0, "doc_errors": 0})
+    state = rt.store.states.get(name, projection={"history": 0, "doc_errors": 0})
     if spec_of(name, loaded, state).mode == "step":
         return dry_run_steps(rt, name, steps=steps, from_start=from_start)
     job = dry_run_job(rt, name, loaded, state, steps=steps, from_start=from_start)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,6 +32,7 @@ from migronaut_core.background.dry_run.report import StepDryRunReport
 from migronaut_core.background.engine.steps import StepContext, read_step_result
 from migronaut_core.background.runtime import LoadedBackground, Runtime
 from migronaut_core.background.spec import BackgroundSpec, Direction
+from migronaut_core.clock import monotonic
 from migronaut_core.errors import ConfigInvalidError, TransactionsUnsupportedError
 from migronaut_core.scrub import error_text
 
@@ -54,7 +54,7 @@ def dry_run_steps(
     """
     count = check_steps(steps)
     loaded = rt.load(name)
-    state = rt.store.get(name, projection={"history": 0, "doc_errors": 0})
+    state = rt.store.states.get(name, projection={"history": 0, "doc_errors": 0})
     spec = spec_of(name, loaded, state)
     if spec.mode != "step":
         raise ConfigInvalidError(
@@ -82,7 +82,9 @@ def dry_run_steps(
 def _last_checkpoint(rt: Runtime, name: str, state: Mapping[str, Any] | None) -> Any:
     if state is None:
         return None
-    partitions = rt.store.list_partitions(name, generation=int(state.get("generation", 0)))
+    partitions = rt.store.partitions.list_partitions(
+        name, generation=int(state.get("generation", 0))
+    )
     return (partitions[0].get("cursor") or {}).get("checkpoint") if partitions else None
 
 
@@ -113,7 +115,7 @@ def _run_steps(
                     direction=direction,
                     generation=int((state or {}).get("generation", 0)),
                     checkpoint=checkpoint,
-                    deadline=time.monotonic() + spec.slice_ms / 1000,
+                    deadline=monotonic() + spec.slice_ms / 1000,
                     db=isolated_database(rt.db, isolation),
                     client=isolated_client(rt.client, isolation),
                     log=logging.getLogger(f"migronaut.background.{name}"),

@@ -1,7 +1,10 @@
 r"""The batch engine: how a lane rewrites a leased partition, batch by batch.
 
 - :mod:`.batch` — the one write path (:func:`~.batch.apply_batch`: transform,
-  guarded bulk write, conflict re-reads) and a plain batch with its fenced checkpoint;
+  guarded bulk write, conflict re-reads);
+- :mod:`.partition` — a leased partition: what a lane hands the engine
+  (:class:`~.partition.PartitionContext`), the one fenced checkpoint of a written
+  batch (:func:`~.partition.checkpoint_batch`), a dead lane's note, the error budget;
 - :mod:`.pipeline` — update-pipeline batches: ``_id`` values read, one ``update_many``,
   failing documents isolated;
 - :mod:`.work` — what a batch of each mode is (:class:`~.work.BatchWork`), the one

@@ -1,4 +1,4 @@
-"""The batch engine: a partition's documents rewritten batch by batch under a lease.
+"""The one write path: a batch of documents transformed and written under a version guard.
 
 A batch is read through the version index in ``_id`` order after the partition's
 cursor, transformed on copies, and written as one unordered ``bulk_write`` of
@@ -7,21 +7,20 @@ revision field) its exact revision. An application write that lands in between
 makes the guarded update match nothing: the engine reads those documents again and
 transforms them again, up to ``max_conflict_retries`` rounds, then leaves them for
 the next pass. Only fields the transform changed are written, so every other
-field keeps its stored BSON type. After each batch one fenced checkpoint moves
-the cursor; a crash between the writes and the checkpoint replays the batch,
-which the version guard turns into a no-op.
+field keeps its stored BSON type. A crash between a batch's writes and its
+checkpoint (:mod:`.partition`) replays the batch, which the version guard turns
+into a no-op.
 
 :func:`apply_batch` is the one write path: lanes, the drift watcher and the
-dry-run sandbox all go through it. The module stays whole (a little over the
-usual length) because the write, its conflict re-reads and the checkpoint that
-settles them are one invariant, easier to check read together.
+dry-run sandbox all go through it. What a lane does around it on its leased
+partition (the fenced checkpoint, the error budget, a dead lane's note) is
+:mod:`.partition`.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,9 +35,8 @@ from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.job import Job
 from migronaut_core.background.planning.partition import Partitioner
 from migronaut_core.background.spec import Direction
-from migronaut_core.background.store import BackgroundStore, Lease
-from migronaut_core.background.throttle import Throttle, ThrottleChange
 from migronaut_core.bson_values import canonical_id_key, clone_document
+from migronaut_core.clock import elapsed_ms, monotonic
 from migronaut_core.errors import (
     BackgroundConflictError,
     BackgroundFailedError,
@@ -54,7 +52,6 @@ from migronaut_core.versioning import (
     occ_filter,
     revision_of,
     stamped_diff,
-    version_filter,
     version_of,
 )
 
@@ -100,11 +97,6 @@ class BatchResult:
             "failed": len(self.errors),
             "batches": 1,
         }
-
-
-def add_counters(into: dict[str, int], more: Mapping[str, int]) -> None:
-    for key, value in more.items():
-        into[key] = into.get(key, 0) + value
 
 
 # -- transforming ----------------------------------------------------------------------
@@ -304,11 +296,11 @@ def write_round(
     session: ClientSession | None = None,
 ) -> Written:
     """Write a prepared round; safe to run on another thread than the one preparing the next."""
-    started = time.monotonic()
+    started = monotonic()
     applied, failed = write_ops(
         collection, round_.ops, write_concern=job.spec.write_concern, session=session
     )
-    return Written(applied, failed, _elapsed_ms(started))
+    return Written(applied, failed, elapsed_ms(started))
 
 
 def apply_batch(
@@ -450,135 +442,3 @@ def _one_revision_on(before: Document, now: Document, revision_field: str | None
     if revision_field is None:
         return True
     return revision_of(now, revision_field) == (revision_of(before, revision_field) or 0) + 1
-
-
-# -- a partition -----------------------------------------------------------------------
-
-
-@dataclass
-class PartitionContext:
-    """What a lane hands the engine for one leased partition."""
-
-    store: BackgroundStore
-    lease: Lease
-    partition: Document
-    db: Database[Document]
-    client: Any
-    deadline: float
-    throttle: Throttle
-    read_control: Callable[[], Document | None]
-    lease_lost: Callable[[], bool]
-    #: Hears each written batch: ``{counters, latency_ms, batch_size}``.
-    on_batch: Callable[[dict[str, Any]], None] | None = None
-    on_throttle: Callable[[ThrottleChange], None] | None = None
-    #: Hears each transactional retry's reason: ``transient``, ``conflict``, ``time_or_size``.
-    on_transaction_retry: Callable[[str], None] | None = None
-
-    def transform_context(self, job: Job, session: ClientSession | None = None) -> TransformContext:
-        """What the transforms of this partition's batches receive."""
-        return TransformContext(
-            migration=job.name,
-            direction=job.direction,
-            generation=job.generation,
-            partition=str(self.partition["_id"]),
-            db=self.db,
-            client=self.client,
-            log=job.log,
-            cancel=job.cancel,
-            session=session,
-        )
-
-    def throttle_changed(self, change: ThrottleChange | None) -> None:
-        if change is not None and self.on_throttle is not None:
-            self.on_throttle(change)
-
-    def transaction_retried(self, reason: str) -> None:
-        if self.on_transaction_retry is not None:
-            self.on_transaction_retry(reason)
-
-
-@dataclass
-class PartitionResult:
-    outcome: str
-    counters: dict[str, int]
-    error: MigronautError | None = None
-
-
-def control_outcome(control: Mapping[str, Any] | None, job: Job, plan_token: str) -> str | None:
-    """What the state's status means for a lane on this partition; None: go on."""
-    if control is None:
-        return "cancelled"
-    status = control.get("status")
-    if status in ("paused", "cancelled", "failed"):
-        return str(status)
-    if status != "running":
-        return "stale"
-    plan = control.get("plan") or {}
-    if control.get("generation") != job.generation or plan.get("token") != plan_token:
-        return "stale"
-    return None
-
-
-def errors_of(errors: Sequence[DocError]) -> tuple[list[Any], list[Document]]:
-    """A batch's failed documents as stored: their ids and their entries."""
-    at = time.time()
-    return [error.id for error in errors], [{**error.entry(), "at_epoch": at} for error in errors]
-
-
-def _elapsed_ms(started: float) -> float:
-    return (time.monotonic() - started) * 1000
-
-
-def noted_ids(ctx: PartitionContext) -> list[Any]:
-    """The ids a dead lane noted on the partition before writing them, if any."""
-    return list((ctx.partition.get("inflight") or {}).get("ids") or [])
-
-
-def settle_dead_lane_batch(job: Job, ctx: PartitionContext, read: Sequence[Document]) -> None:
-    """Count the noted documents a dead lane rewrote before its checkpoint; note ``read``.
-
-    The dead lane's cursor did not move, so its batch is read again from there
-    (``read``, at least as many documents as it noted). What that read left out
-    and is at the target version was rewritten by the dead lane, and the version
-    filter would hide it from every later read: it is counted here, after the
-    read, so a late write by a lane that only stalled is counted either here (it
-    landed before the read) or by this lane's own write of ``read``, which finds
-    the document one revision on (it landed after) — never by both, never by
-    neither. ``read`` becomes the note in the same write, as its intent.
-    """
-    ids = noted_ids(ctx)
-    read_keys = {canonical_id_key(doc["_id"]) for doc in read}
-    unread = [i for i in ids if canonical_id_key(i) not in read_keys]
-    rewritten = 0
-    if unread:
-        version = version_filter(job.spec.field, job.target)
-        rewritten = ctx.db[job.collection].count_documents({"_id": {"$in": unread}, **version})
-    ctx.store.settle_inflight(ctx.lease, migrated=rewritten, intent=[doc["_id"] for doc in read])
-    job.log.info("%s: settled a batch left by a dead lane (%d rewritten)", job.name, rewritten)
-
-
-def over_error_budget(
-    job: Job, store: BackgroundStore, errors: Sequence[DocError]
-) -> BackgroundFailedError | None:
-    """The failure when this generation's failed documents exceed ``max_document_errors``.
-
-    The message and context name the last of ``errors`` (a batch's) by its kind and
-    its value-free text (an exception's type, a write error's code), never by a value.
-    """
-    total = store.count_bad_ids(job.name, job.generation)
-    if total <= job.spec.max_document_errors:
-        return None
-    context: dict[str, Any] = {
-        "migration": job.name,
-        "failed_documents": total,
-        "max_document_errors": job.spec.max_document_errors,
-    }
-    last = ""
-    if errors:
-        context["last_error"] = {"reason": errors[-1].reason, "error": errors[-1].error}
-        last = f"; last: {errors[-1].reason}: {errors[-1].error}"
-    return BackgroundFailedError(
-        f"background migration {job.name} failed: {total} document(s) could not be migrated, "
-        f"more than max_document_errors ({job.spec.max_document_errors}){last}",
-        context,
-    )

@@ -28,7 +28,6 @@ becomes a document error (``reason == "update"``, the code, never a value).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -40,6 +39,7 @@ from pymongo.write_concern import WriteConcern
 
 from migronaut_core.background.engine.batch import BatchResult, Document, Written
 from migronaut_core.background.job import Job
+from migronaut_core.clock import elapsed_ms, monotonic
 from migronaut_core.errors import DocError
 from migronaut_core.scrub import write_error_text
 from migronaut_core.server_errors import pipeline_write_errors
@@ -178,11 +178,11 @@ class PipelineWork:
         return [doc["_id"] for doc in docs]
 
     def write(self, prepared: list[Any]) -> Written:
-        started = time.monotonic()
+        started = monotonic()
         applied, failed = write_pipeline(
             self._job, self._collection, prepared, session=self._session
         )
-        return Written(applied, failed, (time.monotonic() - started) * 1000)
+        return Written(applied, failed, elapsed_ms(started))
 
     def finish(self, prepared: list[Any], written: Written) -> BatchResult:
         return pipeline_result(prepared, written)

@@ -21,7 +21,6 @@ still stops within one batch and never leaves an intent it will not write.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -29,11 +28,10 @@ from typing import Any
 
 from pymongo.collection import Collection
 
-from migronaut_core.background.engine.batch import (
-    Document,
+from migronaut_core.background.engine.batch import Document, Written
+from migronaut_core.background.engine.partition import (
     PartitionContext,
     PartitionResult,
-    Written,
     add_counters,
     control_outcome,
     errors_of,
@@ -45,6 +43,7 @@ from migronaut_core.background.engine.work import BatchWork, work_for
 from migronaut_core.background.job import Job
 from migronaut_core.background.planning.partition import find
 from migronaut_core.background.store import BackgroundStore
+from migronaut_core.clock import elapsed_ms, monotonic
 
 
 @dataclass
@@ -83,7 +82,7 @@ def work_reading_ahead(
     collection = ctx.db[job.collection]
     work = work_for(job, collection, ctx.transform_context(job))
     if ctx.lease_lost():
-        store.checkpoint(ctx.lease, cursor=cursor, counters={})  # raises LockLostError
+        store.leases.checkpoint(ctx.lease, cursor=cursor, counters={})  # raises LockLostError
     stop = _stop_reason(job, ctx, first=True) or _wait_for_throttle(job, ctx)
     if stop is not None:
         return PartitionResult(stop, counters)
@@ -92,10 +91,10 @@ def work_reading_ahead(
     if settle:
         settle_dead_lane_batch(job, ctx, read=batch.docs)
     elif batch.docs:
-        store.record_intent(ctx.lease, batch.ids)
+        store.leases.record_intent(ctx.lease, batch.ids)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="migronaut-write") as writer:
         while True:
-            started = time.monotonic()
+            started = monotonic()
             pending = writer.submit(work.write, batch.prepared)
             next_cursor = job.partitioner.advance(batch.cursor, batch.docs, limit=batch.limit)
             ahead = _read_while_writing(job, ctx, collection, work, next_cursor, pending)
@@ -107,7 +106,7 @@ def work_reading_ahead(
             stop = None if done else _stop_reason(job, ctx, first=False)
             go_on = not done and stop is None
             bad_ids, doc_errors = errors_of(result.errors)
-            store.checkpoint(
+            store.leases.checkpoint(
                 ctx.lease,
                 cursor=next_cursor if next_cursor is not None else batch.cursor,
                 counters=batch_counters,
@@ -118,7 +117,7 @@ def work_reading_ahead(
                 intent=ahead.ids if go_on and ahead is not None else (),
             )
             if ctx.on_batch is not None:
-                latency_ms = int((time.monotonic() - started) * 1000)
+                latency_ms = int(elapsed_ms(started))
                 ctx.on_batch(
                     {
                         "counters": batch_counters,
@@ -129,7 +128,7 @@ def work_reading_ahead(
             failure = over_error_budget(job, store, result.errors) if result.errors else None
             if failure is not None:
                 if go_on:
-                    store.settle_inflight(ctx.lease, migrated=0)
+                    store.leases.settle_inflight(ctx.lease, migrated=0)
                 return PartitionResult("failed", counters, failure)
             if done or ahead is None:
                 return PartitionResult("exhausted", counters)
@@ -137,7 +136,7 @@ def work_reading_ahead(
                 return PartitionResult(stop, counters)
             stop = _wait_for_throttle(job, ctx)
             if stop is not None:
-                store.settle_inflight(ctx.lease, migrated=0)
+                store.leases.settle_inflight(ctx.lease, migrated=0)
                 return PartitionResult(stop, counters)
             batch = ahead
 
@@ -146,7 +145,7 @@ def _stop_reason(job: Job, ctx: PartitionContext, *, first: bool) -> str | None:
     """Why the lane must not write another batch now (``None``: go on)."""
     if job.cancel.cancelled:
         return "stopped"
-    if not first and time.monotonic() >= ctx.deadline:
+    if not first and monotonic() >= ctx.deadline:
         return "yielded"
     return control_outcome(ctx.read_control(), job, ctx.partition["plan"])
 
@@ -191,12 +190,11 @@ def _read_while_writing(
 
 
 def _written(ctx: PartitionContext, pending: Future[Written]) -> Written:
-    started = time.monotonic()
+    started = monotonic()
     try:
         written = pending.result()
     except Exception as error:
-        elapsed_ms = (time.monotonic() - started) * 1000
-        ctx.throttle_changed(ctx.throttle.after_error(error, elapsed_ms))
+        ctx.throttle_changed(ctx.throttle.after_error(error, elapsed_ms(started)))
         raise
     ctx.throttle_changed(ctx.throttle.after_batch(written.elapsed_ms))
     return written

@@ -21,7 +21,7 @@ from pymongo.client_session import ClientSession
 from pymongo.database import Database
 
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.engine.batch import PartitionContext
+from migronaut_core.background.engine.partition import PartitionContext
 from migronaut_core.background.engine.transactional import (
     TRANSIENT_BACKOFF,
     BatchStoppedError,
@@ -123,7 +123,7 @@ def run_step(
     ) -> tuple[dict[str, Any] | None, dict[str, int]]:
         next_cursor = None if result.done else {"checkpoint": result.checkpoint}
         counters = {**result.counters, "batches": 1}
-        ctx.store.checkpoint(
+        ctx.store.leases.checkpoint(
             ctx.lease,
             cursor={"checkpoint": result.checkpoint},
             counters=counters,

@@ -37,12 +37,8 @@ from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
 from migronaut_core.background.backoff import Backoff
-from migronaut_core.background.engine.batch import (
-    BatchResult,
-    PartitionContext,
-    apply_batch,
-    errors_of,
-)
+from migronaut_core.background.engine.batch import BatchResult, apply_batch
+from migronaut_core.background.engine.partition import PartitionContext, checkpoint_batch
 from migronaut_core.background.job import Job
 from migronaut_core.background.planning.partition import find
 from migronaut_core.background.spec import BackgroundSpec
@@ -221,23 +217,16 @@ def _attempt(
                 for key in (canonical_id_key(doc["_id"]) for doc in docs)
                 if key in excluded
             ]
-            bad_ids, doc_errors = errors_of(result.errors)
-            # Failed documents were read and not rewritten: a draining partition steps over them.
-            left = [doc["_id"] for doc in docs if canonical_id_key(doc["_id"]) in excluded]
-            if len(docs) < len(fetched):
-                next_cursor: dict[str, Any] | None = job.partitioner.past(cursor, docs, left=left)
-            else:
-                next_cursor = job.partitioner.advance(cursor, fetched, limit=size, left=left)
-            counters = result.counters(len(docs))
-            if retries:
-                counters["txn_retries"] = retries
-            ctx.store.checkpoint(
-                ctx.lease,
-                cursor=next_cursor if next_cursor is not None else cursor,
-                counters=counters,
-                bad_ids=bad_ids,
-                doc_errors=doc_errors,
-                done=next_cursor is None,
+            # Its failed documents are the batch's errors: the checkpoint steps over them.
+            result, next_cursor, counters = checkpoint_batch(
+                job,
+                ctx,
+                cursor,
+                docs,
+                result,
+                limit=size,
+                cut_short=len(docs) < len(fetched),
+                retries=retries,
                 session=session,
             )
             commit(session)
@@ -289,5 +278,5 @@ def _pass_over(
     """A lone document still in the way: step past it; the next pass takes it."""
     next_cursor = job.partitioner.past(cursor, [doc], left=[doc["_id"]])
     counters = {"scanned": 1, "conflicts": 1, "batches": 1, "txn_retries": retries}
-    ctx.store.checkpoint(ctx.lease, cursor=next_cursor, counters=counters)
+    ctx.store.leases.checkpoint(ctx.lease, cursor=next_cursor, counters=counters)
     return BatchResult(conflicts=1, left=[doc["_id"]]), next_cursor, counters

@@ -13,7 +13,6 @@ one batch without read-ahead, with its fenced checkpoint.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -23,19 +22,22 @@ from pymongo.collection import Collection
 from migronaut_core.background.engine.batch import (
     BatchResult,
     Document,
-    PartitionContext,
     TransformContext,
     Written,
-    errors_of,
     finish_batch,
-    noted_ids,
     prepare_round,
-    settle_dead_lane_batch,
     write_round,
+)
+from migronaut_core.background.engine.partition import (
+    PartitionContext,
+    checkpoint_batch,
+    noted_ids,
+    settle_dead_lane_batch,
 )
 from migronaut_core.background.engine.pipeline import PipelineWork
 from migronaut_core.background.job import Job
 from migronaut_core.background.planning.partition import find
+from migronaut_core.clock import elapsed_ms, monotonic
 
 
 class BatchWork(Protocol):
@@ -138,31 +140,15 @@ def plain_batch(
     if settle:
         settle_dead_lane_batch(job, ctx, read=docs)
     elif docs:
-        ctx.store.record_intent(ctx.lease, [doc["_id"] for doc in docs])
-    started = time.monotonic()
+        ctx.store.leases.record_intent(ctx.lease, [doc["_id"] for doc in docs])
+    started = monotonic()
     try:
         prepared = work.prepare(docs)
         result = work.finish(prepared, work.write(prepared))
     except Exception as error:
-        ctx.throttle_changed(ctx.throttle.after_error(error, _elapsed_ms(started)))
+        ctx.throttle_changed(ctx.throttle.after_error(error, elapsed_ms(started)))
         raise
-    ctx.throttle_changed(ctx.throttle.after_batch(_elapsed_ms(started)))
-    bad_ids, doc_errors = errors_of(result.errors)
-    # Read and not rewritten: a draining partition steps over them.
-    left = [*result.left, *bad_ids]
-    next_cursor = job.partitioner.advance(cursor, docs, limit=limit, left=left)
-    counters = result.counters(len(docs))
-    ctx.store.checkpoint(
-        ctx.lease,
-        cursor=next_cursor if next_cursor is not None else cursor,
-        counters=counters,
-        bad_ids=bad_ids,
-        doc_errors=doc_errors,
-        done=next_cursor is None,
-        throttle=ctx.throttle.state(),
+    ctx.throttle_changed(ctx.throttle.after_batch(elapsed_ms(started)))
+    return checkpoint_batch(
+        job, ctx, cursor, docs, result, limit=limit, throttle=ctx.throttle.state()
     )
-    return result, next_cursor, counters
-
-
-def _elapsed_ms(started: float) -> float:
-    return (time.monotonic() - started) * 1000

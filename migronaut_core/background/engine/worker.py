@@ -9,11 +9,10 @@ judges the document error budget.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from migronaut_core.background.engine.batch import (
-    BatchResult,
+from migronaut_core.background.engine.batch import BatchResult
+from migronaut_core.background.engine.partition import (
     PartitionContext,
     PartitionResult,
     add_counters,
@@ -32,6 +31,7 @@ from migronaut_core.background.engine.transactional import (
 from migronaut_core.background.engine.work import plain_batch
 from migronaut_core.background.job import Job
 from migronaut_core.background.store import BackgroundStore
+from migronaut_core.clock import elapsed_ms, monotonic
 
 
 def process_partition(job: Job, ctx: PartitionContext, store: BackgroundStore) -> PartitionResult:
@@ -57,17 +57,17 @@ def process_partition(job: Job, ctx: PartitionContext, store: BackgroundStore) -
     while True:
         if job.cancel.cancelled:
             return PartitionResult("stopped", counters)
-        if batches > 0 and time.monotonic() >= ctx.deadline:
+        if batches > 0 and monotonic() >= ctx.deadline:
             return PartitionResult("yielded", counters)
         if ctx.lease_lost():
-            store.checkpoint(ctx.lease, cursor=cursor, counters={})  # raises LockLostError
+            store.leases.checkpoint(ctx.lease, cursor=cursor, counters={})  # raises LockLostError
         stop = control_outcome(ctx.read_control(), job, plan_token)
         if stop is not None:
             return PartitionResult(stop, counters)
         if ctx.throttle.before_batch(job.cancel):
             return PartitionResult("stopped", counters)
         batch_size = ctx.throttle.next_batch_size()
-        started = time.monotonic()
+        started = monotonic()
         try:
             result, next_cursor, batch_counters = _one_batch(
                 job, ctx, cursor, batch_size, sizing, settle
@@ -78,7 +78,7 @@ def process_partition(job: Job, ctx: PartitionContext, store: BackgroundStore) -
         add_counters(counters, batch_counters)
         batches += 1
         if ctx.on_batch is not None:
-            latency_ms = int((time.monotonic() - started) * 1000)
+            latency_ms = int(elapsed_ms(started))
             ctx.on_batch(
                 {"counters": batch_counters, "latency_ms": latency_ms, "batch_size": batch_size}
             )

@@ -109,7 +109,7 @@ def _sharding(rt: Runtime, collection: str) -> object:
 def _in_use(rt: Runtime, collection: str, key: Mapping[str, Any]) -> str | None:
     """Why a background migration still needs this index, or None."""
     leading = next(iter(key), None)
-    for state in rt.store.list_states({"status": {"$ne": "completed"}}):
+    for state in rt.store.states.list_states({"status": {"$ne": "completed"}}):
         spec = state.get("spec") or {}
         if spec.get("collection") == collection and spec.get("field") == leading:
             return f"{state['_id']} ({state.get('status')}) reads through it"

@@ -151,7 +151,7 @@ def drive(
         lanes = max(1, min(concurrency, answer.lanes))
         run_lanes(rt, name, lanes, slice_ms=slice_ms, cancel=token, on_slice=on_slice)
         if not until_done:
-            state = rt.store.get(name)
+            state = rt.store.states.get(name)
             return status_json(rt.store, state) if state else {"name": name, "status": None}
 
 
@@ -182,7 +182,7 @@ def _transient(error: Exception) -> bool:
 
 
 def _finished(rt: Runtime, name: str, status: str | None) -> dict[str, Any]:
-    state = rt.store.get(name)
+    state = rt.store.states.get(name)
     if state is None:
         return {"name": name, "status": status or "unregistered"}
     if state["status"] == "failed":

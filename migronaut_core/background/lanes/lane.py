@@ -26,15 +26,16 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast, get_args
 
-import pendulum
-
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.engine.batch import PartitionContext, PartitionResult, add_counters
+from migronaut_core.background.engine.partition import (
+    PartitionContext,
+    PartitionResult,
+    add_counters,
+)
 from migronaut_core.background.engine.worker import process_partition
 from migronaut_core.background.job import Job, assert_transactions, job_for, plan_is_stale
 from migronaut_core.background.lifecycle import fail_state
@@ -50,6 +51,7 @@ from migronaut_core.background.telemetry import (
     AttributeValue,
 )
 from migronaut_core.background.throttle import Throttle
+from migronaut_core.clock import elapsed_ms, monotonic, utc_now
 from migronaut_core.errors import (
     BatchFailed,
     ChecksumMismatchError,
@@ -126,6 +128,21 @@ class SliceResult:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class SliceContext:
+    """One claimed partition of a slice: what working it, measuring it and charging a
+    failure to it all need."""
+
+    rt: Runtime
+    job: Job
+    state: dict[str, Any]
+    lease: Lease
+    partition: dict[str, Any]
+    #: When the slice ends (a :func:`~migronaut_core.clock.monotonic` value).
+    deadline: float
+    owner: str
+
+
 class LeaseKeeper:
     """Renews a lease in the background while a lane works a partition.
 
@@ -145,7 +162,7 @@ class LeaseKeeper:
         interval = max(0.05, self._lease.ttl_ms / 3000)
         while not self._stop.wait(interval):
             try:
-                if not self._rt.store.renew(self._lease):
+                if not self._rt.store.leases.renew(self._lease):
                     self.lost.set()
                     return
             except Exception:
@@ -171,7 +188,7 @@ def run_slice(
     """Run one slice of one lane; see the module docstring for the outcomes."""
     token = cancel or CancelToken()
     owner = owner or uuid.uuid4().hex[:12]
-    state = rt.store.get(name, projection={"history": 0, "doc_errors": 0})
+    state = rt.store.states.get(name, projection={"history": 0, "doc_errors": 0})
     if state is None:
         return SliceResult("cancelled")
     status = state["status"]
@@ -197,15 +214,15 @@ def run_slice(
         # Before any claim: nothing to count it on, but measured like any failed slice.
         rt.telemetry.slice_ended(name, "error", 0.0, error_type=type(exc).__name__)
         raise
-    deadline = time.monotonic() + (slice_ms if slice_ms is not None else job.spec.slice_ms) / 1000
+    deadline = monotonic() + (slice_ms if slice_ms is not None else job.spec.slice_ms) / 1000
     counters: dict[str, int] = {}
     worked = False
     while True:
         if token.cancelled:
             return SliceResult("stopped", counters)
-        if worked and time.monotonic() >= deadline:
+        if worked and monotonic() >= deadline:
             return SliceResult("yielded", counters)
-        claim = rt.store.claim(
+        claim = rt.store.leases.claim(
             name,
             generation=state["generation"],
             plan=state["plan"]["token"],
@@ -224,7 +241,8 @@ def run_slice(
             return SliceResult("busy", counters, retry_after_ms=max(1, rt.ttl_ms // 4))
         worked = True
         rt.telemetry.lease_claimed(name, shard=_shard_of(claim.partition))
-        result = _held(rt, job, state, claim.lease, claim.partition, deadline, owner)
+        held = SliceContext(rt, job, state, claim.lease, claim.partition, deadline, owner)
+        result = _held(held)
         add_counters(counters, result.counters)
         if result.outcome == "lost":
             rt.telemetry.lease_lost(name, shard=_shard_of(claim.partition))
@@ -232,11 +250,11 @@ def run_slice(
         if result.outcome == "failed":
             message = error_text(result.error) if result.error else "failed"
             if result.error is not None:
-                rt.store.fail_partition(claim.lease, error=message)
+                rt.store.leases.fail_partition(claim.lease, error=message)
                 fail_state(rt, state, message)
             return SliceResult("failed", counters, error=message)
         if result.outcome != "exhausted":
-            rt.store.release(claim.lease)
+            rt.store.leases.release(claim.lease)
             return SliceResult(_as_slice_outcome(result.outcome), counters)
 
 
@@ -269,37 +287,28 @@ def _deferred(
     )
 
 
-def _held(
-    rt: Runtime,
-    job: Job,
-    state: dict[str, Any],
-    lease: Lease,
-    partition: dict[str, Any],
-    deadline: float,
-    owner: str,
-) -> PartitionResult:
+def _held(held: SliceContext) -> PartitionResult:
     """:func:`_work` in the lease's span, its duration measured by outcome."""
+    rt, job, partition = held.rt, held.job, held.partition
     shard = _shard_of(partition)
-    started = time.monotonic()
+    started = monotonic()
     attributes: dict[str, AttributeValue] = {
         ATTR_PARTITION: str(partition["_id"]),
-        ATTR_SLOT: lease.slot,
-        ATTR_GENERATION: int(state["generation"]),
+        ATTR_SLOT: held.lease.slot,
+        ATTR_GENERATION: int(held.state["generation"]),
         **({ATTR_SHARD: shard} if shard is not None else {}),
     }
     try:
         with rt.telemetry.span(SPAN_SLICE, job.name, attributes) as span:
-            result = _work(rt, job, state, lease, partition, deadline, owner)
+            result = _work(held)
             span.set(ATTR_OUTCOME, result.outcome)
             span.set_counters(result.counters)
     except Exception as exc:
-        elapsed_ms = (time.monotonic() - started) * 1000
         rt.telemetry.slice_ended(
-            job.name, "error", elapsed_ms, error_type=type(exc).__name__, shard=shard
+            job.name, "error", elapsed_ms(started), error_type=type(exc).__name__, shard=shard
         )
         raise
-    elapsed_ms = (time.monotonic() - started) * 1000
-    rt.telemetry.slice_ended(job.name, result.outcome, elapsed_ms, shard=shard)
+    rt.telemetry.slice_ended(job.name, result.outcome, elapsed_ms(started), shard=shard)
     return result
 
 
@@ -327,22 +336,15 @@ def _batch_written(rt: Runtime, name: str, partition: dict[str, Any], info: dict
     )
 
 
-def _work(
-    rt: Runtime,
-    job: Job,
-    state: dict[str, Any],
-    lease: Lease,
-    partition: dict[str, Any],
-    deadline: float,
-    owner: str,
-) -> PartitionResult:
+def _work(held: SliceContext) -> PartitionResult:
     """Work one leased partition, turning failures into counted outcomes."""
+    rt, job, lease, partition, owner = held.rt, held.job, held.lease, held.partition, held.owner
     name = job.name
     rt.emit(
         "background:slice:start",
         {
             "migration": name,
-            "generation": state["generation"],
+            "generation": held.state["generation"],
             "partition": str(partition["_id"]),
             "slot": lease.slot,
             "owner": owner,
@@ -364,9 +366,9 @@ def _work(
                 partition=partition,
                 db=rt.db,
                 client=rt.client,
-                deadline=deadline,
+                deadline=held.deadline,
                 throttle=throttle,
-                read_control=lambda: rt.store.get(name, projection=_CONTROL_FIELDS),
+                read_control=lambda: rt.store.states.get(name, projection=_CONTROL_FIELDS),
                 lease_lost=keeper.lost.is_set,
                 on_throttle=lambda change: rt.emit(
                     "background:throttle",
@@ -383,8 +385,8 @@ def _work(
     except Exception as exc:
         if job.cancel.cancelled:
             return PartitionResult("stopped", {})
-        raise _counted_failure(rt, job, lease, partition, exc) from exc
-    rt.store.set(name, {"last_progress_at": pendulum.now("UTC")})
+        raise _counted_failure(held, exc) from exc
+    rt.store.states.set(name, {"last_progress_at": utc_now()})
     rt.emit(
         "background:slice:end",
         {
@@ -397,9 +399,7 @@ def _work(
     return result
 
 
-def _counted_failure(
-    rt: Runtime, job: Job, lease: Lease, partition: dict[str, Any], exc: Exception
-) -> MigronautError:
+def _counted_failure(held: SliceContext, exc: Exception) -> MigronautError:
     """Charge a failed slice to its partition, unless the deployment was at fault.
 
     A dropped connection or a primary stepping down (``is_retryable_write``) says
@@ -407,14 +407,15 @@ def _counted_failure(
     spending ``max_slice_failures``, which a flaky network would otherwise
     exhaust and fail the migration with.
     """
+    rt, job, lease = held.rt, held.job, held.lease
     message = error_text(exc)
     deployment_fault = is_retryable_write(exc)
     try:
         if deployment_fault:
-            rt.store.release(lease)
+            rt.store.leases.release(lease)
             partition_failed = False
         else:
-            partition_failed = rt.store.fail_slice(
+            partition_failed = rt.store.leases.fail_slice(
                 lease, error=message, max_slice_failures=job.spec.max_slice_failures
             )
     except Exception:
@@ -423,7 +424,7 @@ def _counted_failure(
         "background:slice:end",
         {
             "migration": job.name,
-            "partition": str(partition["_id"]),
+            "partition": str(held.partition["_id"]),
             "outcome": "error",
             "error": message,
         },

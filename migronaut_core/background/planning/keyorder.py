@@ -28,11 +28,11 @@ from bson.dbref import DBRef
 from bson.decimal128 import Decimal128
 
 from migronaut_core.background.planning.brackets import BRACKETS, bracket_of
+from migronaut_core.bson_values import UUID_SUBTYPE
 
 __all__ = ["compare_keys", "compare_values", "key_sort"]
 
 _RANK: Final = {bracket.name: index for index, bracket in enumerate(BRACKETS)}
-_UUID_SUBTYPE: Final = 4
 
 
 def _sign(a: Any, b: Any) -> int:
@@ -87,7 +87,7 @@ def _compare_arrays(a: Sequence[Any], b: Sequence[Any]) -> int:
 
 def _binary(value: bytes | uuid.UUID) -> tuple[int, int, bytes]:
     if isinstance(value, uuid.UUID):
-        return 16, _UUID_SUBTYPE, value.bytes
+        return 16, UUID_SUBTYPE, value.bytes
     subtype = value.subtype if isinstance(value, Binary) else 0
     return len(value), subtype, bytes(value)
 

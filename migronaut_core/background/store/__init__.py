@@ -2,17 +2,22 @@
 
 - :mod:`.states`: one state document per migration (status moves, history,
   compare-and-set, the caps on what a state keeps);
-- :mod:`.partitions`: the partitions of its plans and the leases lanes hold
-  on them (claims, checkpoints, release, reap, the roll-up sums);
+- :mod:`.partitions`: the partitions of its plans (commit, supersede, the
+  roll-up sums);
+- :mod:`.leases`: the leases lanes hold on partitions (claims, renewals,
+  checkpoints and every other write fenced by a lease, release, reap);
 - :mod:`.watch`: the drift watcher's rows, one per watched collection;
 - :mod:`.converge_log`: every index converge created or dropped;
 - :mod:`.drift_events`: where the event-driven drift triggers resume their streams.
 
-:class:`BackgroundStore` is the one handle callers use for the first two;
-every name a caller may import is re-exported here.
+:class:`BackgroundStore` is the one handle callers use for the first three,
+composed of them: ``store.states``, ``store.partitions``, ``store.leases``.
+Every name a caller may import is re-exported here.
 """
 
 from __future__ import annotations
+
+from pymongo.database import Database
 
 from migronaut_core.background.store.converge_log import (
     ConvergeAction,
@@ -27,14 +32,12 @@ from migronaut_core.background.store.drift_events import (
     read_drift_position_async,
     save_drift_position_async,
 )
+from migronaut_core.background.store.leases import Claim, Lease, Leases, live_leases_filter
 from migronaut_core.background.store.partitions import (
     OPEN_STATUSES,
-    Claim,
     GenerationTotals,
-    Lease,
     PartitionCounts,
     PartitionDocuments,
-    live_leases_filter,
     open_partitions_filter,
 )
 from migronaut_core.background.store.states import (
@@ -44,6 +47,7 @@ from migronaut_core.background.store.states import (
     MAX_HISTORY,
     STATE_SCHEMA,
     Document,
+    StateDocuments,
     newer_schema,
 )
 from migronaut_core.background.store.watch import (
@@ -54,10 +58,46 @@ from migronaut_core.background.store.watch import (
     aware,
     watch_view,
 )
+from migronaut_core.config import BackgroundCollections
+from migronaut_core.required_indexes import RequiredIndex, ensure_indexes
 
 
-class BackgroundStore(PartitionDocuments):
-    """State and partitions of background migrations in one database."""
+class BackgroundStore:
+    """The state, partitions and leases of background migrations in one database.
+
+    :param db: the database migronaut's collections live in.
+    :param names: their names (the state and partitions collections).
+    """
+
+    def __init__(self, db: Database[Document], names: BackgroundCollections) -> None:
+        self.db = db
+        #: One state document per migration.
+        self.states = StateDocuments(db, names)
+        #: The partitions of its plans (a plan commits against its state).
+        self.partitions = PartitionDocuments(db, names, self.states)
+        #: The leases lanes hold on partitions, and every write fenced by one.
+        self.leases = Leases(db, names)
+
+    @property
+    def namespace(self) -> str:
+        """The state collection's full name: what tells apart deployments in one process."""
+        return self.states.namespace
+
+    def required_indexes(self) -> list[RequiredIndex]:
+        """The indexes the store's queries and the lease caps need."""
+        return [
+            *self.partitions.required_indexes(),
+            *self.leases.required_indexes(),
+            *self.states.required_indexes(),
+        ]
+
+    def ensure_indexes(self, *, create: bool = True) -> None:
+        """Create :meth:`required_indexes` (idempotent), or only check that they exist.
+
+        :raises IndexMissingError: ``create`` is false and some are missing;
+            nothing was written.
+        """
+        ensure_indexes(self.db, self.required_indexes(), create=create)
 
 
 __all__ = [
@@ -78,7 +118,10 @@ __all__ = [
     "Fence",
     "GenerationTotals",
     "Lease",
+    "Leases",
     "PartitionCounts",
+    "PartitionDocuments",
+    "StateDocuments",
     "WatchStore",
     "aware",
     "clear_drift_position_async",

@@ -17,10 +17,8 @@ from typing import Any
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.database import Database
 
-from migronaut_core.background.store.partitions import (
-    live_leases_filter,
-    open_partitions_filter,
-)
+from migronaut_core.background.store.leases import live_leases_filter
+from migronaut_core.background.store.partitions import open_partitions_filter
 from migronaut_core.background.store.states import LANES_STATE_PROJECTION
 from migronaut_core.config import BackgroundCollections
 

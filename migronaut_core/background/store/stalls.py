@@ -23,7 +23,7 @@ from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
-from migronaut_core.background.store.partitions import live_leases_filter
+from migronaut_core.background.store.leases import live_leases_filter
 from migronaut_core.config import BackgroundCollections
 
 __all__ = ["StallEvidence", "note_stall_signal_async", "read_stall_evidence_async"]

@@ -13,14 +13,14 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import pendulum
 from pymongo import ASCENDING, ReturnDocument
 from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
 from pymongo.database import Database
 
+from migronaut_core.clock import utc_now
 from migronaut_core.config import BackgroundCollections
-from migronaut_core.required_indexes import RequiredIndex, ensure_indexes
+from migronaut_core.required_indexes import RequiredIndex
 
 #: The state document layout this release writes; a newer one is left alone.
 STATE_SCHEMA = 1
@@ -43,11 +43,6 @@ def newer_schema(state: Mapping[str, Any]) -> bool:
     return int(state.get("schema", 1)) > STATE_SCHEMA
 
 
-def utc_now() -> Any:
-    """The current time in UTC."""
-    return pendulum.now("UTC")
-
-
 def _literal_fields(fields: Mapping[str, Any]) -> Document:
     """Field values for a pipeline ``$set``: no value is read as an expression."""
     return {key: {"$literal": value} for key, value in fields.items()}
@@ -61,40 +56,33 @@ class StateDocuments:
     """
 
     def __init__(self, db: Database[Document], names: BackgroundCollections) -> None:
-        self.db = db
-        self.states: Collection[Document] = db[names.state]
-        self.partitions: Collection[Document] = db[names.partitions]
+        self.collection: Collection[Document] = db[names.state]
+        self._partitions: Collection[Document] = db[names.partitions]
 
     @property
     def namespace(self) -> str:
         """The state collection's full name: what tells apart deployments in one process."""
-        return self.states.full_name
+        return self.collection.full_name
 
     def required_indexes(self) -> list[RequiredIndex]:
         """The indexes state queries need."""
         return [
-            RequiredIndex(self.states.name, (("status", ASCENDING),), name="status"),
+            RequiredIndex(self.collection.name, (("status", ASCENDING),), name="status"),
             RequiredIndex(
-                self.states.name, (("requires", ASCENDING), ("status", ASCENDING)), name="requires"
+                self.collection.name,
+                (("requires", ASCENDING), ("status", ASCENDING)),
+                name="requires",
             ),
         ]
 
-    def ensure_indexes(self, *, create: bool = True) -> None:
-        """Create :meth:`required_indexes` (idempotent), or only check that they exist.
-
-        :raises IndexMissingError: ``create`` is false and some are missing;
-            nothing was written.
-        """
-        ensure_indexes(self.db, self.required_indexes(), create=create)
-
     def get(self, name: str, *, projection: Mapping[str, Any] | None = None) -> Document | None:
-        return self.states.find_one({"_id": name}, projection)
+        return self.collection.find_one({"_id": name}, projection)
 
     def get_many(self, names: Sequence[str]) -> dict[str, Document]:
-        return {doc["_id"]: doc for doc in self.states.find({"_id": {"$in": list(names)}})}
+        return {doc["_id"]: doc for doc in self.collection.find({"_id": {"$in": list(names)}})}
 
     def list_states(self, query: Mapping[str, Any] | None = None) -> list[Document]:
-        return list(self.states.find(dict(query or {}), {"history": 0}).sort("created_at", 1))
+        return list(self.collection.find(dict(query or {}), {"history": 0}).sort("created_at", 1))
 
     def register(
         self,
@@ -110,7 +98,7 @@ class StateDocuments:
         The partitions of any earlier registration go: a lane still working one
         finds its lease gone at its next write. The history is kept.
         """
-        self.partitions.delete_many({"migration": name}, session=session)
+        self._partitions.delete_many({"migration": name}, session=session)
         now = utc_now()
         fresh = {
             "schema": STATE_SCHEMA,
@@ -129,7 +117,7 @@ class StateDocuments:
             **fields,
         }
         entry = {"action": action, "to": fields.get("status"), "by": by, "at": now}
-        doc = self.states.find_one_and_update(
+        doc = self.collection.find_one_and_update(
             {"_id": name},
             {
                 "$set": fresh,
@@ -154,17 +142,17 @@ class StateDocuments:
 
     def delete(self, name: str, *, session: ClientSession | None = None) -> None:
         """Forget a background migration entirely (a withdrawn registration)."""
-        self.partitions.delete_many({"migration": name}, session=session)
-        self.states.delete_one({"_id": name}, session=session)
+        self._partitions.delete_many({"migration": name}, session=session)
+        self.collection.delete_one({"_id": name}, session=session)
 
     def set(self, name: str, fields: Mapping[str, Any]) -> None:
-        self.states.update_one({"_id": name}, {"$set": {**fields, "updated_at": utc_now()}})
+        self.collection.update_one({"_id": name}, {"$set": {**fields, "updated_at": utc_now()}})
 
     def cas(
         self, name: str, expected: Mapping[str, Any], update: Mapping[str, Any]
     ) -> Document | None:
         """Apply ``update`` if the state still matches ``expected``; the state after, or None."""
-        return self.states.find_one_and_update(
+        return self.collection.find_one_and_update(
             {"_id": name, **expected}, dict(update), return_document=ReturnDocument.AFTER
         )
 
@@ -198,7 +186,7 @@ class StateDocuments:
             "history": history,
             "updated_at": "$$NOW",
         }
-        return self.states.find_one_and_update(
+        return self.collection.find_one_and_update(
             {"_id": name, "status": {"$in": list(from_statuses)}},
             [{"$set": stage}],
             return_document=ReturnDocument.AFTER,
@@ -206,7 +194,7 @@ class StateDocuments:
 
     def note(self, name: str, entry: Mapping[str, Any]) -> None:
         """Record an operator's act that changes no status (an unlock) in ``history``."""
-        self.states.update_one(
+        self.collection.update_one(
             {"_id": name},
             {
                 "$push": {

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from migronaut_core.background.spec import AdaptiveSettings
+from migronaut_core.clock import monotonic
 from migronaut_core.json_shape import to_json_dict
 
 __all__ = ["AdaptiveController", "Reason", "ThrottleChange"]
@@ -79,7 +79,7 @@ class AdaptiveController:
         *,
         start_batch_size: int | None = None,
         report_interval_s: float = REPORT_INTERVAL_S,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = monotonic,
     ) -> None:
         self.settings = settings
         self._clock = clock

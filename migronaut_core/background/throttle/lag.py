@@ -12,7 +12,6 @@ import contextlib
 import logging
 import math
 import threading
-import time
 import weakref
 from collections.abc import Callable, Mapping
 from datetime import datetime
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from pymongo.errors import OperationFailure, PyMongoError
 
 from migronaut_core.background.warn_once import Warn, WarnOnce
+from migronaut_core.clock import monotonic
 from migronaut_core.server_errors import is_unauthorized, replication_unavailable
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ class LagProbe:
         client: MongoClient[Any],
         *,
         interval_s: float = LAG_INTERVAL_S,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = monotonic,
     ) -> None:
         self._client = weakref.ref(client)
         self._interval_s = interval_s

@@ -18,13 +18,11 @@ import os
 import random
 import socket
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-import pendulum
 from bson import Timestamp
 from pymongo.change_stream import CollectionChangeStream
 from pymongo.errors import OperationFailure, PyMongoError
@@ -44,6 +42,7 @@ from migronaut_core.background.job import job_for
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.store.watch import WATCH_COUNTERS, Fence, WatchStore
 from migronaut_core.bson_values import canonical_id_key, json_safe
+from migronaut_core.clock import monotonic, utc_now
 from migronaut_core.errors import MigronautError
 from migronaut_core.lock import MongoLock
 from migronaut_core.scrub import error_text
@@ -247,7 +246,7 @@ class Follower(threading.Thread):
 
     def _edges(self) -> tuple[list[Edge], int]:
         """The edges to serve, and how many completed migrations there are to serve."""
-        states = edge_states(self.rt.store.list_states(), self.collection)
+        states = edge_states(self.rt.store.states.list_states(), self.collection)
         edges = []
         for state in states:
             try:
@@ -278,7 +277,7 @@ class Follower(threading.Thread):
     def _signature(self) -> list[tuple[Any, ...]]:
         return [
             edge_signature(state)
-            for state in edge_states(self.rt.store.list_states(), self.collection)
+            for state in edge_states(self.rt.store.states.list_states(), self.collection)
         ]
 
     # -- one open stream ----------------------------------------------------------------
@@ -310,7 +309,7 @@ class Follower(threading.Thread):
             if not self._checkpoint(force=True, fields={"state": "streaming", **described}):
                 return False
             signature = [edge.signature for edge in edges]
-            refresh_at = time.monotonic() + self.settings.refresh_seconds
+            refresh_at = monotonic() + self.settings.refresh_seconds
             while not self.cancel.cancelled:
                 if self.lock.lost:
                     return False
@@ -327,12 +326,12 @@ class Follower(threading.Thread):
                     return self._checkpoint(force=True, clear_token=True)
                 if not self._checkpoint(force=bool(ids)):
                     return False
-                if reread or time.monotonic() >= refresh_at:
+                if reread or monotonic() >= refresh_at:
                     current = self._signature()
                     if reread or current != signature:
                         self._hand_over(stream, edges, {row[0] for row in current} - names)
                         return True
-                    refresh_at = time.monotonic() + self.settings.refresh_seconds
+                    refresh_at = monotonic() + self.settings.refresh_seconds
         return True
 
     def _open(
@@ -420,7 +419,7 @@ class Follower(threading.Thread):
         invalidated = False
         window = self.settings.batch_ms / 1000
         while len(ids) < self.settings.batch_size and not self.cancel.cancelled:
-            if first_at is not None and time.monotonic() - first_at >= window:
+            if first_at is not None and monotonic() - first_at >= window:
                 break
             event = stream.try_next()
             if event is None:
@@ -434,10 +433,10 @@ class Follower(threading.Thread):
                 continue
             ids.setdefault(canonical_id_key(key), key)
             if first_at is None:
-                first_at = time.monotonic()
+                first_at = monotonic()
         if ids:
             with self._guard:
-                self.last_event_at = pendulum.now("UTC")
+                self.last_event_at = utc_now()
         return ids, invalidated
 
     # -- the row ------------------------------------------------------------------------
@@ -453,7 +452,7 @@ class Follower(threading.Thread):
         """Save position, counters and ``fields`` when due; False when no longer the leader."""
         if self._fence is None:
             return False
-        if not force and time.monotonic() - self._saved_at < self.settings.checkpoint_seconds:
+        if not force and monotonic() - self._saved_at < self.settings.checkpoint_seconds:
             return True
         with self._guard:
             pending = dict(self._pending)
@@ -477,5 +476,5 @@ class Follower(threading.Thread):
         with self._guard:
             for key, value in pending.items():
                 self._pending[key] -= value
-        self._saved_at = time.monotonic()
+        self._saved_at = monotonic()
         return True

@@ -96,7 +96,9 @@ class Watcher:
                     break
 
     def _refresh(self) -> None:
-        wanted = set(watched_collections(self.rt.store.list_states(), self.settings.collections))
+        wanted = set(
+            watched_collections(self.rt.store.states.list_states(), self.settings.collections)
+        )
         with self._guard:
             for name, follower in list(self._followers.items()):
                 if not follower.is_alive() and follower.ident is not None:

@@ -1,0 +1,36 @@
+"""The one clock migronaut reads on the client: wall time in UTC and monotonic time.
+
+What is stored (``updated_at``, history entries, ``applied_at``) takes
+:func:`utc_now`; a deadline or a duration takes :func:`monotonic` and
+:func:`elapsed_ms`; a document error's ``at_epoch`` takes :func:`epoch_seconds`.
+Lease and lock expiry are judged by the server's clock (``$$NOW``), never by
+this one, so clock skew between machines cannot let two holders write.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pendulum
+
+__all__ = ["elapsed_ms", "epoch_seconds", "monotonic", "utc_now"]
+
+
+def utc_now() -> pendulum.DateTime:
+    """The current time in UTC (time-zone aware)."""
+    return pendulum.now("UTC")
+
+
+def monotonic() -> float:
+    """Seconds on a clock that never goes back: for deadlines and durations only."""
+    return time.monotonic()
+
+
+def elapsed_ms(started: float) -> float:
+    """Milliseconds since ``started``, a :func:`monotonic` value."""
+    return (time.monotonic() - started) * 1000
+
+
+def epoch_seconds() -> float:
+    """Seconds since the Unix epoch, as a number (a document error's ``at_epoch``)."""
+    return time.time()
