@@ -20,14 +20,21 @@ STATE: dict[str, Any] = {
 PARTITION: dict[str, Any] = {"_id": "p", "status": "pending", "lease": {"owner": "o"}}
 
 
-class Store:
-    """The two reads a status view makes of the store."""
-
+class Partitions:
     def list_partitions(self, name: str, *, generation: int) -> list[dict[str, Any]]:
         return [PARTITION]
 
+
+class Leases:
     def live_leases(self, name: str) -> int:
         return 0
+
+
+class Store:
+    """The two reads a status view makes of the store (its partitions and its leases)."""
+
+    partitions = Partitions()
+    leases = Leases()
 
 
 STORE = cast("BackgroundStore", Store())
