@@ -5,8 +5,10 @@ say on their fields how they appear in JSON, with :func:`json_field` metadata:
 a JSON name other than the attribute's, a field left out when it is None, when
 it is empty or always (what never leaves the process, such as a typed copy the
 JSON shows elsewhere). :func:`to_json_dict` and :func:`to_json` apply those
-rules; every ``to_dict()`` of a result type is one call of them, so the CLI's
-``--json``, the UI's JSON API and Airflow's XCom show one shape per type.
+rules; a result type's ``to_dict()`` is one call of them (all but the dry
+run's ``DryRunReport`` and ``DocumentPreview`` and ``ConvergeReport``, which
+still build theirs by hand), so the CLI's ``--json``, the UI's JSON API and
+Airflow's XCom show one shape per type.
 
 Values are converted recursively: a dataclass to its dict (fields in
 declaration order), a mapping to a dict, a tuple or list to a list, a datetime
