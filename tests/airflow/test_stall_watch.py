@@ -370,6 +370,8 @@ def test_migronaut_stalls_reports_a_queued_then_paused_migration_and_queues_noth
     monkeypatch.setenv(STALL_ENV, "1")
     dags = load_dags()
     bg_dag = dag_id_for(SPLIT_NAME)
+    with create_session() as session:  # earlier tests of this session ran this DAG id too
+        session.query(DagRun).filter(DagRun.dag_id == bg_dag).delete()
     time.sleep(1.5)
 
     def heal() -> tuple[list[str], dict[str, Any], list[str]]:
