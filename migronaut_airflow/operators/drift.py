@@ -4,7 +4,7 @@
 :class:`~migronaut_airflow.triggers.drift.CollectionDriftTrigger` fires on a
 collection's asset. :class:`VerifyDriftEventsOperator` reads which collections
 the triggering events name and asks the kit to verify them
-(``verify_background``: reopen or report, as ``background_on_drift`` says);
+(``kit.drift.verify``: reopen or report, as ``background_on_drift`` says);
 the heal that follows starts the DAGs of the reopened migrations. A run
 started by anything else (a lane's outlet event on the same asset) skips.
 """
