@@ -2,11 +2,13 @@
 
 :class:`KitBase` holds what every operation of :class:`~migronaut_core.kit.Migronaut`
 needs: the config, the client (connected lazily, owned or borrowed), the
-runner, the background engine's :class:`~migronaut_core.background.runtime.Runtime`
+private runner (``_runner``), the background engine's
+:class:`~migronaut_core.background.runtime.Runtime`
 (with the file cache of :mod:`~migronaut_core.background.loading` and the
 runner hooks of :mod:`~migronaut_core.background.registration`), and the
-once-per-connection index check. The operation mixins subclass it, so each
-sees these attributes typed; none of them connects or wires anything itself.
+once-per-connection index check; the wiring is private (``_runtime``). The
+namespaces (``kit.runs``, ``kit.background``, ``kit.drift``) each hold the kit
+and read these attributes typed; none of them connects or wires anything itself.
 """
 
 from __future__ import annotations
