@@ -1,7 +1,7 @@
 """What driving a migration through Airflow costs over driving it from Python (DESIGN.md §5).
 
 The same background migration on the same data size, each time on a freshly
-seeded database: ``kit.run_background(name, concurrency=1)`` against the
+seeded database: ``kit.background.run(name, concurrency=1)`` against the
 generated DAG (``migronaut_airflow.dags.factory.build_dags`` with its default
 options) run with ``dag.test()`` again and again until the migration completed.
 ``dag.test()`` runs one task at a time in this process, so the DAG's lanes run
@@ -109,7 +109,7 @@ def run_airflow(uri: str, db: Database[dict[str, Any]], count: int) -> dict[str,
     directory = common.migrations_dir()
     os.environ["AIRFLOW_CONN_MIGRONAUT_DEFAULT"] = airflow_connection(uri, db.name)
     with common.kit(uri, db.name, directory) as k:
-        k.up()
+        k.runs.up()
         dag, parse_seconds = load_dag(directory)
         runs: list[dict[str, Any]] = []
         started = time.perf_counter()
@@ -125,7 +125,8 @@ def run_airflow(uri: str, db: Database[dict[str, Any]], count: int) -> dict[str,
                     "wait_for_lanes": sensor_reason(dag_run),
                 }
             )
-            status = k.background_status(common.MIGRATION_NAME)
+            view = k.background.status(common.MIGRATION_NAME)
+            status = None if view is None else view.to_dict()
             if status and status["status"] in ("completed", "failed", "cancelled", "paused"):
                 break
         seconds = time.perf_counter() - started
@@ -144,7 +145,7 @@ def run_airflow(uri: str, db: Database[dict[str, Any]], count: int) -> dict[str,
 def run_engine(uri: str, db: Database[dict[str, Any]], count: int) -> dict[str, Any]:
     directory = common.migrations_dir()
     with common.kit(uri, db.name, directory) as k:
-        k.up()
+        k.runs.up()
         seconds = common.drive(k, 1)
     common.check_migrated(db, count, "engine")
     return {"contender": "run_background x1", "seconds": seconds}

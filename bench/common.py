@@ -303,10 +303,11 @@ def kit(uri: str, database: str, directory: Path) -> Migronaut:
 def drive(k: Migronaut, concurrency: int, name: str = MIGRATION_NAME) -> float:
     """Drive the registered migration to the end with ``concurrency`` lanes; seconds taken."""
     started = time.perf_counter()
-    status = k.run_background(name, concurrency=concurrency)
+    view = k.background.run(name, concurrency=concurrency)
     seconds = time.perf_counter() - started
-    if status.get("status") != "completed":
-        raise RuntimeError(f"the migration ended {status.get('status')!r}, not completed")
+    status = None if view is None else view.status
+    if status != "completed":
+        raise RuntimeError(f"the migration ended {status!r}, not completed")
     return seconds
 
 

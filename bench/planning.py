@@ -1,7 +1,7 @@
 """Planning time as the collection grows (DESIGN.md §5; target <= 2x from 100k to 1M).
 
 Planning is the coordinator's first step after registration,
-``kit.coordinate_background(name)``: it counts the documents to rewrite through
+``kit.background.coordinate(name)``: it counts the documents to rewrite through
 the version index — exactly up to 100,000 (``partitions.estimate_above``); past that it
 estimates them from a random sample of the collection, whose matching ``_id``s
 are also the split points — cuts partitions and commits them. For each size, on
@@ -44,12 +44,12 @@ def plan_once(
     """Register ``name`` afresh (migronaut's collections dropped) and time its first plan."""
     drop_migronaut(db)
     with common.kit(uri, db.name, directory) as k:
-        k.up()
+        k.runs.up()
         started = time.perf_counter()
-        answer = k.coordinate_background(name)
+        answer = k.background.coordinate(name)
         seconds = time.perf_counter() - started
-        partitions = k.background_partitions(name)
-        plan = (k.runtime.store.states.get(name) or {}).get("plan") or {}
+        partitions = k.background.partitions(name)
+        plan = (k._runtime.store.states.get(name) or {}).get("plan") or {}
     if answer.next != "process":
         raise RuntimeError(f"the first coordinator step answered {answer.next!r}, not process")
     return {

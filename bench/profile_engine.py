@@ -1,7 +1,7 @@
 """Where one lane's time goes: round trips per batch and a cProfile of the engine.
 
 On a freshly seeded database, the migration is driven by one lane *in the main
-thread* (the coordinator step, then ``kit.run_background_slice`` until the lane is
+thread* (the coordinator step, then ``kit.background.run_slice`` until the lane is
 done: what ``run_background(concurrency=1)`` runs in its lane thread), under
 cProfile and a pymongo command listener. For comparison, the ceiling loop of
 ``bench.throughput`` runs under the same listener on its own fresh copy.
@@ -99,7 +99,7 @@ class Commands(monitoring.CommandListener):
 def drive_in_main_thread(k: Migronaut, name: str = common.MIGRATION_NAME) -> None:
     """Coordinator steps and one lane's slices, in this thread, until the migration is done."""
     while True:
-        answer = k.coordinate_background(name)
+        answer = k.background.coordinate(name)
         if answer.next in ("done", "superseded"):
             if answer.status != "completed":
                 raise RuntimeError(f"the migration ended {answer.status!r}")
@@ -108,7 +108,7 @@ def drive_in_main_thread(k: Migronaut, name: str = common.MIGRATION_NAME) -> Non
             time.sleep(min(answer.retry_after_ms / 1000 or 0.5, 2.0))
             continue
         while True:
-            result = k.run_background_slice(name)
+            result = k.background.run_slice(name)
             if result.outcome in LANE_DONE:
                 break
             if result.outcome == "busy":
@@ -154,7 +154,7 @@ def measure_engine(
     else:
         name, directory = common.MIGRATION_NAME, common.migrations_dir()
     k = Migronaut(uri=uri, database=db.name, migrations_dir=str(directory), client=client)
-    k.up()
+    k.runs.up()
     listener.reset(True)
     started = time.perf_counter()
     if profiler is None:

@@ -1,7 +1,7 @@
 """Peak RSS of a lane process as the collection grows (DESIGN.md §5; target <= 1.2x).
 
 For each size, on a freshly seeded database, the migration is registered here and
-driven to the end by ``kit.run_background(name, concurrency=1)`` in a child
+driven to the end by ``kit.background.run(name, concurrency=1)`` in a child
 process started only for that (``python -m bench.rss --child …``); this process
 samples the child's RSS with psutil every 20 ms. A lane holds one batch at a
 time, so its memory should not grow with the collection.
@@ -51,7 +51,7 @@ def measure(uri: str, client: Any, count: int, concurrency: int) -> dict[str, An
     common.log(f"{count:,} docs: seeded in {seeded:.1f}s; starting the lane process")
     directory = common.migrations_dir()
     with common.kit(uri, db.name, directory) as k:
-        k.up()
+        k.runs.up()
     command = [
         sys.executable,
         "-m",

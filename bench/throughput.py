@@ -147,11 +147,12 @@ def run_engine(
     directory = common.migrations_dir()
     label = f"engine x{concurrency}"
     with common.kit(uri, db.name, directory) as k:
-        k.up()
+        k.runs.up()
         with common.RssSampler() as rss:
             seconds = common.drive(k, concurrency)
-        status = k.background_status(common.MIGRATION_NAME)
-        partitions = len(k.background_partitions(common.MIGRATION_NAME))
+        view = k.background.status(common.MIGRATION_NAME)
+        status = {} if view is None else view.to_dict()
+        partitions = len(k.background.partitions(common.MIGRATION_NAME))
     common.check_migrated(db, count, label)
     row = _row(label, count, seconds, rss)
     row["migrated"] = (status.get("totals") or {}).get("migrated")

@@ -196,11 +196,12 @@ def run_engine(
         label, name = f"engine update x{lanes}", UPDATE_MIGRATION_NAME
         directory = common.migrations_dir(name=name, source=update_source(batch_size))
     with common.kit(uri, db.name, directory) as k:
-        k.up()
+        k.runs.up()
         with common.RssSampler() as rss:
             seconds = common.drive(k, lanes, name)
-        status = k.background_status(name) or {}
-        partitions = len(k.background_partitions(name))
+        view = k.background.status(name)
+        status = {} if view is None else view.to_dict()
+        partitions = len(k.background.partitions(name))
     common.check_migrated(db, count, label)
     state = db["migronaut_background"].find_one({"_id": name}) or {}
     row = _row(label, count, seconds, rss)

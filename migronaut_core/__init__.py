@@ -1,6 +1,7 @@
 """migronaut: online, resumable MongoDB schema migrations.
 
-The public API is :class:`Migronaut` (the kit), :func:`load_config`, the error
+The public API is :class:`Migronaut` (the kit, with its namespaces
+:class:`Runs`, :class:`Background` and :class:`Drift`), :func:`load_config`, the error
 hierarchy in :mod:`migronaut_core.errors`, and the result types the kit returns
 (re-exported here so callers need not know the modules they live in), and
 :func:`next_drift_signal` and :func:`next_stall_signal`, the async waits for
@@ -92,7 +93,17 @@ from migronaut_core.errors import (
     RunAbortedError,
     TransactionsUnsupportedError,
 )
-from migronaut_core.kit import Migronaut
+from migronaut_core.kit import Background, Drift, Migronaut, Runs
+from migronaut_core.kit.results import (
+    ConvergeLogEntry,
+    DriftFinding,
+    HistoryEntry,
+    RunnableMigration,
+    VerifyReport,
+    WatchLeader,
+    WatchResume,
+    WatchStatus,
+)
 from migronaut_core.preview import PlannedMigration, RunPlan
 from migronaut_core.runner import MigrationContext, RunOptions, RunResult, StatusRow
 from migronaut_core.scrub import redact_uri
@@ -109,6 +120,7 @@ __all__ = [
     "STALL_SECONDS",
     "Actor",
     "Answer",
+    "Background",
     "BackgroundCollections",
     "BackgroundConflictError",
     "BackgroundFailedError",
@@ -126,14 +138,18 @@ __all__ = [
     "ControlAction",
     "ControlGuide",
     "ControlResult",
+    "ConvergeLogEntry",
     "ConvergeReport",
     "DocumentError",
+    "Drift",
     "DriftEventSettings",
+    "DriftFinding",
     "DriftSignal",
     "Driver",
     "DryRunRefusedError",
     "DryRunReport",
     "Finding",
+    "HistoryEntry",
     "IndexMissingError",
     "IrreversibleMigrationError",
     "LanePacing",
@@ -159,6 +175,8 @@ __all__ = [
     "RunOptions",
     "RunPlan",
     "RunResult",
+    "RunnableMigration",
+    "Runs",
     "SliceOutcome",
     "SliceResult",
     "StallSignal",
@@ -166,6 +184,10 @@ __all__ = [
     "StatusRow",
     "StepDryRunReport",
     "TransactionsUnsupportedError",
+    "VerifyReport",
+    "WatchLeader",
+    "WatchResume",
+    "WatchStatus",
     "check_control",
     "config_from_text",
     "default_cache_dir",

@@ -153,7 +153,7 @@ class Demo:
             tis = airflow.task_instances(UP_DAG, run_id)
             failed = [ti["task_id"] for ti in tis if ti["state"] != "success"]
             raise DemoError(f"{UP_DAG} run {run_id} ended {state}; unsuccessful tasks: {failed}")
-        for row in kit.status():
+        for row in kit.runs.status():
             print(f"    {row.name}  {row.status}  ({row.kind})")
 
     def wait_completed(self, airflow: AirflowStandalone, kit: Migronaut) -> dict[str, Any]:
@@ -161,10 +161,10 @@ class Demo:
         self.step(f"waiting for {self.bg_dag} to complete {DEMO_BACKGROUND}")
 
         def completed() -> dict[str, Any] | None:
-            status = kit.background_status(DEMO_BACKGROUND)
-            if status is not None and status["status"] in ("failed", "cancelled", "paused"):
-                raise DemoError(f"{DEMO_BACKGROUND} is {status['status']}: {status['last_error']}")
-            return dict(status) if status and status["status"] == "completed" else None
+            view = kit.background.status(DEMO_BACKGROUND)
+            if view is not None and view.status in ("failed", "cancelled", "paused"):
+                raise DemoError(f"{DEMO_BACKGROUND} is {view.status}: {view.last_error}")
+            return view.to_dict() if view is not None and view.status == "completed" else None
 
         status = airflow.wait_until(completed, self.timeout, f"{DEMO_BACKGROUND} did not complete")
 

@@ -92,12 +92,12 @@ class MigronautOperator(BaseOperator):
 
     def runnable_dag_ids(self) -> list[str]:
         """The DAG ids of the background migrations with work to do, oldest first."""
-        return [self.dag_id_for(row["migration"]) for row in self.kit.runnable_background()]
+        return [self.dag_id_for(row.name) for row in self.kit.background.runnable()]
 
     def coordinate(self, migration: str, context: Context, round_: int | None) -> Answer:
         """One coordinator step for this DAG run's round; errors as :func:`fail_fast` says."""
         try:
-            return self.kit.coordinate_background(
+            return self.kit.background.coordinate(
                 migration,
                 driver=Driver("airflow", ref=context["run_id"], round=round_, rounds=True),
             )
@@ -259,7 +259,7 @@ class BackgroundLaneOperator(MigronautOperator):
         slices += 1
         self._cancel = CancelToken()
         try:
-            result = self.kit.run_background_slice(
+            result = self.kit.background.run_slice(
                 self.migration, slice_ms=self.slice_ms, cancel=self._cancel
             )
         except MigronautError as exc:
@@ -401,8 +401,8 @@ class BackgroundControlOperator(MigronautOperator):
             f"{action} of {self.migration}",
         )
         try:
-            result = self.kit.control_background(
-                self.migration, action, actor=who, reason=self.reason or None
+            result = self.kit.background.control(
+                self.migration, action, requested_by=who, reason=self.reason or None
             )
         except MigronautError as exc:
             raise AirflowFailException(f"{exc.code}: {exc.message}") from exc
@@ -451,7 +451,7 @@ def migrate_up(
     """``up`` as Airflow runs it: it stops before a migration that waits for background
     ones (their DAGs run first; a later ``up`` goes on) and waits for a held run lock.
     """
-    return kit.up(
+    return kit.runs.up(
         to=to,
         only=only,
         requested_by=requested_by,
@@ -475,9 +475,10 @@ class VerifyDriftOperator(MigronautOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         try:
-            return self.kit.verify_background(on_drift=self.on_drift)
+            report = self.kit.drift.verify(on_drift=self.on_drift)
         except MigronautError as exc:
             raise fail_fast(exc) from exc
+        return report.to_dict()
 
 
 class HealBackgroundOperator(MigronautOperator):
@@ -485,7 +486,7 @@ class HealBackgroundOperator(MigronautOperator):
 
     A migration with work and no queued or running DAG run gets one. So does a
     running one nothing has moved for ``stall_seconds`` (the core's
-    :meth:`~migronaut_core.Migronaut.stalled_background`) whose one active run is
+    :meth:`Background.stalled <migronaut_core.Background.stalled>`) whose one active run is
     stuck (a lane task frozen, its worker gone without Airflow noticing): the
     takeover run starts beside it (the DAG allows two active runs), takes a new
     round, and the stuck run's later steps bow out as ``superseded``. A stall
@@ -513,17 +514,17 @@ class HealBackgroundOperator(MigronautOperator):
 
     def execute(self, context: Context) -> list[str]:
         try:
-            runnable = self.kit.runnable_background()
-            stalled = set(self.kit.stalled_background(stall_seconds=self.stall_seconds))
+            runnable = self.kit.background.runnable()
+            stalled = set(self.kit.background.stalled(stall_seconds=self.stall_seconds))
         except MigronautError as exc:
             raise fail_fast(exc) from exc
         ti = context["ti"]
         decisions = [
             decide(
                 ti,
-                row["migration"],
-                self.dag_id_for(row["migration"]),
-                stalled=row["migration"] in stalled,
+                row.name,
+                self.dag_id_for(row.name),
+                stalled=row.name in stalled,
                 pools=self.pools,
             )
             for row in runnable

@@ -4,7 +4,7 @@
 :class:`~migronaut_airflow.triggers.drift.CollectionDriftTrigger` fires on a
 collection's asset. :class:`VerifyDriftEventsOperator` reads which collections
 the triggering events name and asks the kit to verify them
-(``verify_background``: reopen or report, as ``background_on_drift`` says);
+(``kit.drift.verify``: reopen or report, as ``background_on_drift`` says);
 the heal that follows starts the DAGs of the reopened migrations. A run
 started by anything else (a lane's outlet event on the same asset) skips.
 """
@@ -47,7 +47,7 @@ class VerifyDriftEventsOperator(VerifyDriftOperator):
     """Verify the collections this run's drift events name; reopen or report.
 
     Skips (and with it the heal) when no drift trigger's event started the run.
-    Returns ``verify_background``'s report.
+    Returns the report of ``kit.drift.verify`` as JSON.
     """
 
     def execute(self, context: Context) -> dict[str, Any]:
@@ -56,6 +56,7 @@ class VerifyDriftEventsOperator(VerifyDriftOperator):
             raise AirflowSkipException("no drift trigger's event started this run")
         self.log.info("drift events on %s", ", ".join(collections))
         try:
-            return self.kit.verify_background(on_drift=self.on_drift, collections=collections)
+            report = self.kit.drift.verify(on_drift=self.on_drift, collections=collections)
         except MigronautError as exc:
             raise fail_fast(exc) from exc
+        return report.to_dict()

@@ -106,7 +106,7 @@ class RunOperationOperator(MigronautOperator):
         nothing declares any more.
     :param migration: ``dry_run``: the background migration (needed).
     :param sample, first, validate, steps, from_start: ``dry_run``'s options
-        (:meth:`~migronaut_core.Migronaut.dry_run_background`).
+        (:meth:`Background.dry_run <migronaut_core.Background.dry_run>`).
     :param fail_on_errors: ``audit``: fail on a finding of severity ``error``.
     :param reason: recorded with what the operation changes.
     :param requested_by: recorded as who asked; default: the run's triggering user.
@@ -206,12 +206,12 @@ class RunOperationOperator(MigronautOperator):
             run = migrate_up(kit, to=to, only=only, requested_by=who, reason=reason)
             return _run_outcome("up", run.to_dict())
         if operation == "down":
-            run = kit.down(
+            run = kit.runs.down(
                 to=to, requested_by=who, reason=reason, wait_for_lock_seconds=RUN_LOCK_WAIT_SECONDS
             )
             return _run_outcome("down", run.to_dict())
         if operation == "baseline":
-            adopted = kit.baseline(
+            adopted = kit.runs.baseline(
                 to=self._needed(to, "to", operation),
                 requested_by=who,
                 reason=reason,
@@ -223,7 +223,7 @@ class RunOperationOperator(MigronautOperator):
                 f"{len(adopted.already_applied)} already applied",
             )
         if operation == "converge":
-            report = kit.converge(prune=self.prune, requested_by=who, reason=reason)
+            report = kit.runs.converge(prune=self.prune, requested_by=who, reason=reason)
             data = report.to_dict()
             dropped = f", {data['dropped']} dropped" if self.prune else ""
             return Outcome(
@@ -236,9 +236,9 @@ class RunOperationOperator(MigronautOperator):
 
     def _plan(self, operation: Operation) -> Outcome:
         if operation == "up":
-            plan = self.kit.plan_up(to=self.to or None, only=self.only or None)
+            plan = self.kit.runs.plan_up(to=self.to or None, only=self.only or None)
         elif operation == "down":
-            plan = self.kit.plan_down(to=self.to or None)
+            plan = self.kit.runs.plan_down(to=self.to or None)
         else:
             raise ConfigInvalidError(
                 f"plan applies to {' and '.join(PLANNED)}, not {operation}", {"key": "plan"}
@@ -254,7 +254,7 @@ class RunOperationOperator(MigronautOperator):
 
     def _dry_run(self) -> Outcome:
         name = self._needed(self.migration, "migration", "dry_run")
-        report = self.kit.dry_run_background(
+        report = self.kit.background.dry_run(
             name,
             sample=self.sample,
             first=self.first,
@@ -280,7 +280,7 @@ class RunOperationOperator(MigronautOperator):
         return Outcome({"operation": "dry_run", **data}, summary)
 
     def _audit(self) -> Outcome:
-        findings = [finding.to_dict() for finding in self.kit.audit()]
+        findings = [finding.to_dict() for finding in self.kit.runs.audit()]
         errors = sum(1 for finding in findings if finding["severity"] == "error")
         summary = f"audit: {errors} error(s), {len(findings) - errors} warning(s)"
         return Outcome(

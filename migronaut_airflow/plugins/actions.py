@@ -3,7 +3,7 @@
 The actions themselves, which of them restart the migration's DAG and which
 the page asks to confirm are the core's
 (:mod:`migronaut_core.background.control.actions`); the API applies them with
-:meth:`~migronaut_core.kit.Migronaut.control_background`.
+:meth:`Background.control <migronaut_core.Background.control>`.
 """
 
 from __future__ import annotations

@@ -133,8 +133,12 @@ def act(grant: Editor, action: ControlAction, body: ActionRequest, kit: Kit) -> 
     """
     reason = actions.clean_reason(body.reason)
     try:
-        applied = kit.control_background(
-            grant.migration, action, actor=grant.user_name, reason=reason, repin=body.repin
+        applied = kit.background.control(
+            grant.migration,
+            action,
+            requested_by=grant.user_name,
+            reason=reason,
+            repin=body.repin,
         )
     except MigronautError as refused:
         audit.record_control(grant, action, reason=reason, outcome=refused.code)

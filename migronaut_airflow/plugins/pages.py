@@ -107,7 +107,7 @@ def list_page(
 @router.get("/migrations/{name}", response_class=HTMLResponse)
 def detail_page(request: Request, grant: Reader, kit: Kit) -> HTMLResponse:
     """One migration: progress, partitions, history, throttle, drift and the controls."""
-    if kit.background_status_view(grant.migration) is None:
+    if kit.background.status(grant.migration) is None:
         raise NotAppliedError(
             f"background migration {grant.migration} is not registered",
             {"migration": grant.migration},

@@ -1,8 +1,8 @@
 """What the UI shows of background migrations: the core's status views, in the API's models.
 
-The views come from :meth:`~migronaut_core.kit.Migronaut.background_status_views`
-and friends, which only read: nothing is created or moved here — no index, no
-unblocking — so a viewer's page never writes to MongoDB. The models of
+The views come from ``kit.background.statuses`` and friends
+(:class:`~migronaut_core.Background`), which only read: nothing is created or
+moved here — no index, no unblocking — so a viewer's page never writes to MongoDB. The models of
 :mod:`.models` are read from the views by attribute (``from_attributes``), and
 keep only what may leave the server: scope bounds, cursors, checkpoints, failed
 ``_id``s and the spec's filter stay behind. What the UI adds to a view (the
@@ -56,7 +56,7 @@ _HISTORY_DETAILS = ("lock", "leases", "replan")
 
 def migration_names(kit: Migronaut) -> list[str]:
     """Every registered background migration, oldest first."""
-    return kit.background_names()
+    return kit.background.names()
 
 
 def summaries(
@@ -67,7 +67,7 @@ def summaries(
     target: str = DEFAULT_TARGET,
 ) -> list[MigrationSummary]:
     """The summaries of ``names`` (optionally only those in ``statuses``), oldest first."""
-    views = kit.background_status_views(names=names, statuses=statuses)
+    views = kit.background.statuses(names=names, statuses=statuses)
     return [
         MigrationSummary.model_validate(_reading(view, sampler, target), from_attributes=True)
         for view in views
@@ -85,18 +85,18 @@ def detail(
 
     :raises NotAppliedError: no such migration is registered.
     """
-    view = kit.background_status_view(name)
+    view = kit.background.status(name)
     if view is None:
         raise NotAppliedError(f"background migration {name} is not registered", {"migration": name})
-    history = [history_entry(entry) for entry in kit.background_history(name)]
-    watch = kit.background_watch_status(view.collection) if view.collection else None
+    history = [history_entry(entry.to_dict()) for entry in kit.background.history(name)]
+    watch = kit.drift.watch_status(view.collection) if view.collection else None
     reading = _DetailReading(
         view=view,
         target=target,
         throughput=_reading(view, sampler, target).throughput,
         history=history,
         drift=Drift(
-            watch=[WatchRow(**watch)] if watch else [],
+            watch=[WatchRow(**watch.to_dict())] if watch else [],
             reopened=sum(1 for entry in history if entry.action == "reopen"),
         ),
         permissions=permissions,

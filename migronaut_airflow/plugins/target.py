@@ -68,7 +68,7 @@ class KitCache:
                 raise TargetNotConfiguredError(
                     exc.message, {"mongo_conn_id": target.mongo_conn_id}
                 ) from exc
-            kit.runtime  # noqa: B018 - built once here, not raced by request threads
+            kit.connect()  # wired once here, not raced by request threads
             return kit
 
     def close(self) -> None:

@@ -4,8 +4,8 @@
 with reads only: they create no index, unblock nothing and write nothing, so a
 viewer's page or a status command never changes the database. A view is frozen
 and typed (times are datetimes); its ``to_dict()`` is the JSON-safe shape the
-CLI's ``--json`` and :meth:`~migronaut_core.kit.Migronaut.background_status`
-print, with times as ISO text, derived from its fields' metadata
+CLI's ``--json`` and the UI's JSON API print, with times as ISO text, derived
+from its fields' metadata
 (:mod:`migronaut_core.json_shape`). A ``*_view`` function returns a typed view,
 a ``*_json`` one JSON.
 
@@ -202,7 +202,7 @@ class BackgroundStatusView:
     document_errors: tuple[DocumentError, ...] = field(metadata=json_field(omit="always"))
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON shape of the CLI and the kit's ``background_status``."""
+        """The JSON shape of the CLI's ``--json`` and the UI's JSON API."""
         return to_json_dict(self)
 
 

@@ -22,6 +22,7 @@ from migronaut_core import (
     NotAppliedError,
     RunAbortedError,
     StepDryRunReport,
+    files,
 )
 from migronaut_core.background.control.actions import DONE, check_control
 from migronaut_core.cli.output import emit, print_findings, print_views
@@ -34,7 +35,11 @@ NOT_COMPLETED_EXIT = 12
 
 def status(kit: Migronaut, args: argparse.Namespace) -> int:
     """Print the status of one background migration, or of all."""
-    views = [_registered_status(kit, args.name)] if args.name else kit.background_status()
+    views = (
+        [_registered_status(kit, args.name)]
+        if args.name
+        else [view.to_dict() for view in kit.background.statuses()]
+    )
     if args.json:
         emit(views[0] if args.name else views)
     else:
@@ -44,7 +49,7 @@ def status(kit: Migronaut, args: argparse.Namespace) -> int:
 
 def partitions(kit: Migronaut, args: argparse.Namespace) -> int:
     """Print the partitions of one's current pass."""
-    rows = kit.background_partitions(args.name)
+    rows = [partition.to_dict() for partition in kit.background.partitions(args.name)]
     if args.json:
         emit(rows)
         return 0
@@ -61,7 +66,7 @@ def partitions(kit: Migronaut, args: argparse.Namespace) -> int:
 
 def history(kit: Migronaut, args: argparse.Namespace) -> int:
     """Print one's control history: who did what, when and why."""
-    entries = kit.background_history(args.name)
+    entries = [entry.to_dict() for entry in kit.background.history(args.name)]
     if args.json:
         emit(entries)
         return 0
@@ -76,7 +81,7 @@ def history(kit: Migronaut, args: argparse.Namespace) -> int:
 
 def runnable(kit: Migronaut, args: argparse.Namespace) -> int:
     """Print the background migrations with work to do."""
-    rows = kit.runnable_background()
+    rows = [row.to_dict() for row in kit.background.runnable()]
     if args.json:
         emit(rows)
         return 0
@@ -89,14 +94,14 @@ def runnable(kit: Migronaut, args: argparse.Namespace) -> int:
 
 def audit(kit: Migronaut, args: argparse.Namespace) -> int:
     """Print the findings that need a look; read-only."""
-    findings = kit.audit_background(stale_after_seconds=args.stale_minutes * 60)
+    findings = kit.background.audit(stale_after_seconds=args.stale_minutes * 60)
     print_findings(findings, as_json=args.json)
     return 0
 
 
 def verify(kit: Migronaut, args: argparse.Namespace) -> int:
     """Probe completed ones for old-shape documents; print what drifted."""
-    result = kit.verify_background(on_drift=args.on_drift, collections=args.collection)
+    result = kit.drift.verify(on_drift=args.on_drift, collections=args.collection).to_dict()
     if args.json:
         emit(result)
         return 0
@@ -119,12 +124,14 @@ def watch(kit: Migronaut, args: argparse.Namespace) -> int:
             "(set 'stream' or 'both' where a watcher runs)",
             file=sys.stderr,
         )
-    unsubscribe = [kit.on(event, _watch_line) for event in ("background:watch", "background:drift")]
+    unsubscribe = [
+        kit.background.on(event, _watch_line) for event in ("background:watch", "background:drift")
+    ]
     try:
         with cancel_on_interrupt(
             token, "watch", notice="the watcher stops", signals=(signal.SIGINT, signal.SIGTERM)
         ):
-            watcher = kit.watch_background(collections=args.collection, cancel=token)
+            watcher = kit.drift.watch(collections=args.collection, cancel=token)
             print("watching for drift (Ctrl-C or SIGTERM stops)", file=sys.stderr, flush=True)
             while watcher.running:
                 token.sleep(1.0)
@@ -150,10 +157,10 @@ def watch(kit: Migronaut, args: argparse.Namespace) -> int:
 def watch_status(kit: Migronaut, args: argparse.Namespace) -> int:
     """Print what the drift watchers recorded: leader, lag, resume state (never the token)."""
     if args.collection:
-        view = kit.background_watch_status(args.collection)
-        views = [] if view is None else [view]
+        view = kit.drift.watch_status(args.collection)
+        views = [] if view is None else [view.to_dict()]
     else:
-        views = kit.background_watch_status()
+        views = [row.to_dict() for row in kit.drift.watch_status()]
     if args.json:
         emit(views)
         return 0
@@ -168,10 +175,10 @@ def run(kit: Migronaut, args: argparse.Namespace) -> int:
     """Drive one from this process until it stops (one round with ``--once``)."""
     token = CancelToken()
     progress = RunProgress(args.name, _registered_status(kit, args.name))
-    unsubscribe = [kit.on(event, progress) for event in RunProgress.EVENTS]
+    unsubscribe = [kit.background.on(event, progress) for event in RunProgress.EVENTS]
     try:
         with progress, cancel_on_interrupt(token, args.name):
-            view = kit.run_background(
+            ran = kit.background.run(
                 args.name,
                 concurrency=args.concurrency,
                 slice_ms=args.slice_ms,
@@ -188,6 +195,7 @@ def run(kit: Migronaut, args: argparse.Namespace) -> int:
     finally:
         for stop in unsubscribe:
             stop()
+    view = {"name": args.name, "status": "unregistered"} if ran is None else ran.to_dict()
     if args.json:
         emit(view)
     else:
@@ -197,7 +205,7 @@ def run(kit: Migronaut, args: argparse.Namespace) -> int:
 
 def dry_run(kit: Migronaut, args: argparse.Namespace) -> int:
     """Preview one on a few documents (or steps); write nothing."""
-    report = kit.dry_run_background(
+    report = kit.background.dry_run(
         args.name,
         sample=args.sample,
         first=args.first,
@@ -244,10 +252,10 @@ def control(kit: Migronaut, args: argparse.Namespace) -> int:
     command, name = args.background_command, args.name
     action = check_control("retry_from_start" if getattr(args, "from_start", False) else command)
     before = _registered_status(kit, name).get("status")
-    result = kit.control_background(
+    result = kit.background.control(
         name,
         action,
-        actor=args.requested_by,
+        requested_by=args.requested_by,
         reason=args.reason,
         wait=getattr(args, "wait", False),
         repin=getattr(args, "repin", False),
@@ -260,13 +268,14 @@ def control(kit: Migronaut, args: argparse.Namespace) -> int:
 
 
 def _registered_status(kit: Migronaut, name: str) -> dict[str, Any]:
-    view: dict[str, Any] | None = kit.background_status(name)
+    files.validate_name(name)
+    view = kit.background.status(name)
     if view is None:
         raise NotAppliedError(
             f"background migration {name} is not registered; run `migronaut up` first",
             {"migration": name},
         )
-    return view
+    return view.to_dict()
 
 
 def _print_step_dry_run(data: dict[str, Any]) -> None:

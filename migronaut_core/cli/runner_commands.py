@@ -22,11 +22,11 @@ AUDIT_ERRORS_EXIT = 20
 def up(kit: Migronaut, args: argparse.Namespace) -> int:
     """Apply pending migrations (all, up to ``--to``, or ``--only`` one)."""
     if args.plan:
-        plan = kit.plan_up(
+        plan = kit.runs.plan_up(
             to=args.to, only=args.only, allow_checksum_mismatch=args.allow_checksum_mismatch
         )
         return _print_plan(plan, as_json=args.json)
-    result = kit.up(
+    result = kit.runs.up(
         to=args.to,
         only=args.only,
         requested_by=args.requested_by,
@@ -42,8 +42,8 @@ def up(kit: Migronaut, args: argparse.Namespace) -> int:
 def down(kit: Migronaut, args: argparse.Namespace) -> int:
     """Revert the last migration, or every one applied after ``--to``."""
     if args.plan:
-        return _print_plan(kit.plan_down(to=args.to), as_json=args.json)
-    result = kit.down(
+        return _print_plan(kit.runs.plan_down(to=args.to), as_json=args.json)
+    result = kit.runs.down(
         to=args.to,
         requested_by=args.requested_by,
         reason=args.reason,
@@ -55,7 +55,7 @@ def down(kit: Migronaut, args: argparse.Namespace) -> int:
 
 def baseline(kit: Migronaut, args: argparse.Namespace) -> int:
     """Record every migration up to ``--to`` as applied (adopted) without running it."""
-    result = kit.baseline(
+    result = kit.runs.baseline(
         to=args.to,
         requested_by=args.requested_by,
         reason=args.reason,
@@ -72,13 +72,13 @@ def baseline(kit: Migronaut, args: argparse.Namespace) -> int:
 
 def status(kit: Migronaut, args: argparse.Namespace) -> int:
     """List migrations and whether they are applied."""
-    _print_status(kit.status(), as_json=args.json)
+    _print_status(kit.runs.status(), as_json=args.json)
     return 0
 
 
 def audit(kit: Migronaut, args: argparse.Namespace) -> int:
     """Print every finding (general and background); non-zero when one is an error."""
-    findings = kit.audit(stale_after_seconds=args.stale_minutes * 60)
+    findings = kit.runs.audit(stale_after_seconds=args.stale_minutes * 60)
     print_findings(findings, as_json=args.json)
     errors = sum(1 for finding in findings if finding.severity == "error")
     if not args.json and findings:
@@ -92,16 +92,17 @@ def converge(kit: Migronaut, args: argparse.Namespace) -> int:
     With ``--log``, print the converge log instead and change nothing.
     """
     if args.log:
-        _print_converge_log(kit.converge_log(collection=args.collection), as_json=args.json)
+        entries = kit.runs.converge_log(collection=args.collection)
+        _print_converge_log([entry.to_dict() for entry in entries], as_json=args.json)
         return 0
-    report = kit.converge(prune=args.prune, requested_by=args.requested_by, reason=args.reason)
+    report = kit.runs.converge(prune=args.prune, requested_by=args.requested_by, reason=args.reason)
     _print_converge(report, as_json=args.json)
     return 0
 
 
 def create(kit: Migronaut, args: argparse.Namespace) -> int:
     """Create a migration file from a template."""
-    path = kit.create(args.title, background=args.background, update=args.update)
+    path = kit.runs.create(args.title, background=args.background, update=args.update)
     emit({"path": str(path), "name": path.stem} if args.json else f"created {path}")
     return 0
 

@@ -1,10 +1,12 @@
-"""The background migrations' operations on the kit: drive, read, control, preview.
+"""The background migrations' operations on the kit, ``kit.background``.
 
-:class:`BackgroundOperations` is the part of :class:`~migronaut_core.kit.Migronaut`
+:class:`Background` is the namespace of :class:`~migronaut_core.kit.Migronaut`
 that works one background migration at a time through the engine's
 :class:`~migronaut_core.background.runtime.Runtime`: the coordinator step,
-slices and in-process runs, the status views (reads only), the controls
-(pause, resume, cancel, retry, repin, unlock) and the dry run.
+slices and in-process runs, the typed status views and reads (reads only), the
+one control entry point (:meth:`Background.control`: pause, resume, cancel,
+retry, repin, unlock), the dry run, the background audit and the engine's
+events.
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any, overload
 
 from migronaut_core import files
+from migronaut_core.audit import Finding
+from migronaut_core.background import audit as audits
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.control import actions as controls
 from migronaut_core.background.control.actions import ControlAction, ControlResult
@@ -35,8 +38,8 @@ from migronaut_core.background.spec import check_slice_ms
 from migronaut_core.background.states import transition
 from migronaut_core.background.views import (
     BackgroundStatusView,
-    history_json,
-    partition_json,
+    PartitionView,
+    partition_of,
     read_status,
     read_statuses,
     registered_names,
@@ -44,35 +47,46 @@ from migronaut_core.background.views import (
 from migronaut_core.changelog import Actor
 from migronaut_core.checks import check_int, check_number
 from migronaut_core.kit.base import KitBase
+from migronaut_core.kit.results import HistoryEntry, RunnableMigration
 from migronaut_core.runner import with_default_user
 
 
-class BackgroundOperations(KitBase):
-    """Background migrations: coordinate, slices, runs, status views, controls, dry run."""
+class Background:
+    """Background migrations, ``kit.background``: drive, read, control, dry run, audit.
+
+    Every read returns typed results (their ``to_dict()`` is the JSON shape).
+
+    :param kit: the kit whose connection and wiring every operation uses.
+    """
+
+    __slots__ = ("_kit",)
+
+    def __init__(self, kit: KitBase) -> None:
+        self._kit = kit
 
     def on(self, event: str, listener: Listener) -> Callable[[], None]:
         """Subscribe to engine events (``background:*``, or ``"*"``); returns an unsubscribe."""
-        return self.events.on(event, listener)
+        return self._kit.events.on(event, listener)
 
-    def coordinate_background(
+    def coordinate(
         self, name: str, *, driver: Driver | None = None, cancel: CancelToken | None = None
     ) -> Answer:
         """One coordinator step; idempotent, safe from any number of processes."""
         files.validate_name(name)
-        self._ready()
-        return coordinate(self.runtime, name, driver=driver, cancel=cancel)
+        self._kit._ready()
+        return coordinate(self._kit._runtime, name, driver=driver, cancel=cancel)
 
-    def run_background_slice(
+    def run_slice(
         self, name: str, *, slice_ms: int | None = None, cancel: CancelToken | None = None
     ) -> SliceResult:
         """One slice of one lane: claim a partition, work it until ``slice_ms``, release."""
         files.validate_name(name)
         if slice_ms is not None:
             check_slice_ms(slice_ms)
-        self._ready()
-        return run_slice(self.runtime, name, slice_ms=slice_ms, cancel=cancel)
+        self._kit._ready()
+        return run_slice(self._kit._runtime, name, slice_ms=slice_ms, cancel=cancel)
 
-    def run_background(
+    def run(
         self,
         name: str,
         *,
@@ -80,33 +94,37 @@ class BackgroundOperations(KitBase):
         slice_ms: int | None = None,
         until_done: bool = True,
         cancel: CancelToken | None = None,
-    ) -> dict[str, Any]:
+    ) -> BackgroundStatusView | None:
         """Drive a background migration from this process with up to ``concurrency`` lanes.
 
-        :returns: its status view (completed, paused, cancelled or blocked).
+        :returns: its status view (completed, paused, cancelled or blocked; with
+            ``until_done=False``, after one round); None if it is no longer
+            registered.
         :raises BackgroundFailedError: it failed.
         :raises RunAbortedError: ``cancel`` fired (it resumes from its checkpoints later).
         """
         check_int("concurrency", concurrency, 1)
         if slice_ms is not None:
             check_slice_ms(slice_ms)
-        self._registered(name)
-        self._ready()
-        return drive(
-            self.runtime,
+        self._kit._registered(name)
+        self._kit._ready()
+        drive(
+            self._kit._runtime,
             name,
             concurrency=concurrency,
             slice_ms=slice_ms,
             until_done=until_done,
             cancel=cancel,
         )
+        return read_status(self._kit._runtime.store, name)
 
-    def runnable_background(self) -> list[dict[str, Any]]:
-        """Background migrations with work to do, oldest first."""
-        self._ready()
-        return runnable(self.runtime)
+    def runnable(self) -> list[RunnableMigration]:
+        """Background migrations with work to do, oldest first (blocked ones whose
+        requirements are met are unblocked)."""
+        self._kit._ready()
+        return [RunnableMigration.from_row(row) for row in runnable(self._kit._runtime)]
 
-    def stalled_background(self, *, stall_seconds: float = STALL_SECONDS) -> list[str]:
+    def stalled(self, *, stall_seconds: float = STALL_SECONDS) -> list[str]:
         """Running background migrations nothing has moved for ``stall_seconds``, oldest first.
 
         Nothing moved: no lane holds a live lease, and no lane's progress and no
@@ -118,81 +136,66 @@ class BackgroundOperations(KitBase):
         :raises ConfigInvalidError: ``stall_seconds`` is below 1.
         """
         check_number("stall_seconds", stall_seconds, 1)
-        store = self.runtime.store
+        store = self._kit._runtime.store
         limit = timedelta(seconds=stall_seconds)
         return [
             view.name
             for view in read_statuses(store, statuses=["running"])
             if (state := store.states.get(view.name)) is not None
-            and (idle := stalled_for(self.runtime, state)) is not None
+            and (idle := stalled_for(self._kit._runtime, state)) is not None
             and idle >= limit
         ]
 
     # -- reading (no index is created, nothing is written) ---------------------------------
 
-    @overload
-    def background_status(self, name: None = None) -> list[dict[str, Any]]: ...
-
-    @overload
-    def background_status(self, name: str) -> dict[str, Any] | None: ...
-
-    def background_status(
-        self, name: str | None = None
-    ) -> list[dict[str, Any]] | dict[str, Any] | None:
-        """The status view of one background migration (None if unregistered), or of all."""
-        if name is None:
-            return [view.to_dict() for view in self.background_status_views()]
-        files.validate_name(name)
-        view = self.background_status_view(name)
-        return None if view is None else view.to_dict()
-
-    def background_status_view(self, name: str) -> BackgroundStatusView | None:
-        """The typed status of one background migration; None when it is not registered.
+    def status(self, name: str) -> BackgroundStatusView | None:
+        """The status of one background migration; None when it is not registered.
 
         Reads only: no index is created and nothing is written (a blocked one
         is not unblocked here).
         """
-        return read_status(self.runtime.store, name)
+        return read_status(self._kit._runtime.store, name)
 
-    def background_status_views(
+    def statuses(
         self,
         *,
         names: Collection[str] | None = None,
         statuses: Collection[str] | None = None,
     ) -> list[BackgroundStatusView]:
-        """The typed status of every registered background migration, oldest first.
+        """The status of every registered background migration, oldest first.
 
         :param names: only these migrations.
         :param statuses: only those in these statuses (empty or None: any).
-        Reads only, like :meth:`background_status_view`.
+        Reads only, like :meth:`status`.
         """
-        return read_statuses(self.runtime.store, names=names, statuses=statuses)
+        return read_statuses(self._kit._runtime.store, names=names, statuses=statuses)
 
-    def background_names(self) -> list[str]:
+    def names(self) -> list[str]:
         """Every registered background migration, oldest first; reads only."""
-        return registered_names(self.runtime.store)
+        return registered_names(self._kit._runtime.store)
 
-    def background_partitions(self, name: str) -> list[dict[str, Any]]:
+    def partitions(self, name: str) -> list[PartitionView]:
         """The partitions of the current generation: scope, cursor, counters, lease holder."""
-        state = self._registered(name)
-        partitions = self.runtime.store.partitions.list_partitions(
+        state = self._kit._registered(name)
+        partitions = self._kit._runtime.store.partitions.list_partitions(
             name, generation=state["generation"]
         )
-        return [partition_json(partition) for partition in partitions]
+        return [partition_of(partition) for partition in partitions]
 
-    def background_history(self, name: str) -> list[dict[str, Any]]:
-        """The control history: action, from, to, who, why, when."""
-        return history_json(self._registered(name))
+    def history(self, name: str) -> list[HistoryEntry]:
+        """The control history, oldest first: action, from, to, who, why, when."""
+        state = self._kit._registered(name)
+        return [HistoryEntry.from_document(entry) for entry in state.get("history") or []]
 
     # -- controls ------------------------------------------------------------------------
 
-    def control_background(
+    def control(
         self,
         name: str,
         action: ControlAction,
         *,
+        requested_by: str | None = None,
         reason: str | None = None,
-        actor: str | None = None,
         wait: bool = False,
         repin: bool = False,
     ) -> ControlResult:
@@ -207,7 +210,8 @@ class BackgroundOperations(KitBase):
         its version (its checksum in the changelog too; ``replan`` says whether
         its partitions are planned again). ``unlock``: clears the coordinator
         lock and every lease (``lock``, ``leases``; its status is unchanged).
-        Recorded in its history with ``actor`` (default: the OS user) and ``reason``.
+        Recorded in its history with ``requested_by`` (default: the OS user) and
+        ``reason``.
         ``may_run`` on the result says whether its driver should be started now.
 
         :raises ConfigInvalidError: an unknown action, or an option it does not take.
@@ -215,25 +219,25 @@ class BackgroundOperations(KitBase):
         :raises BackgroundConflictError: the action does not fit its status.
         """
         action = controls.check_control(action, wait=wait, repin=repin)
-        who = with_default_user(Actor(requested_by=actor, reason=reason))
+        who = with_default_user(Actor(requested_by=requested_by, reason=reason))
         files.validate_name(name)
-        self._ready()
+        self._kit._ready()
         return controls.settled(action, self._apply_control(name, action, who, wait, repin))
 
     def _apply_control(
         self, name: str, action: ControlAction, who: Actor, wait: bool, repin: bool
     ) -> ControlResult:
         if action == "unlock":
-            return controls.unlock(self.runtime, name, actor=who)
+            return controls.unlock(self._kit._runtime, name, actor=who)
         if action == "repin":
             return self._repin(name, who)
         replan = self._repin_for_retry(name, who) if repin else None
         if action == "retry_from_start":
-            result = controls.control(self.runtime, name, "retry", actor=who, from_start=True)
+            result = controls.control(self._kit._runtime, name, "retry", actor=who, from_start=True)
         else:
-            result = controls.control(self.runtime, name, action, actor=who)
+            result = controls.control(self._kit._runtime, name, action, actor=who)
         if wait:
-            return replace(result, stopped=controls.wait_for_lanes(self.runtime, name))
+            return replace(result, stopped=controls.wait_for_lanes(self._kit._runtime, name))
         return result if replan is None else replace(result, replan=replan)
 
     def _repin_for_retry(self, name: str, actor: Actor) -> bool | None:
@@ -242,74 +246,20 @@ class BackgroundOperations(KitBase):
         A retry the state machine refuses raises here, so it leaves the file's pin
         (spec, checksum, changelog) as it was.
         """
-        state = self.runtime.store.states.get(name)
+        state = self._kit._runtime.store.states.get(name)
         if state is not None:
             status = state["status"]
             transition(status, "reopen" if status == "completed" else "retry", migration=name)
         return self._repin(name, actor).replan
 
     def _repin(self, name: str, actor: Actor) -> ControlResult:
-        result, checksum = controls.repin(self.runtime, name, actor=actor)
-        self.runner.changelog.set_checksum(name, checksum)
+        result, checksum = controls.repin(self._kit._runtime, name, actor=actor)
+        self._kit._runner.changelog.set_checksum(name, checksum)
         return result
-
-    def pause_background(
-        self,
-        name: str,
-        *,
-        requested_by: str | None = None,
-        reason: str | None = None,
-        wait: bool = False,
-    ) -> ControlResult:
-        """Pause; lanes stop before their next batch (``wait`` until they have)."""
-        return self.control_background(name, "pause", actor=requested_by, reason=reason, wait=wait)
-
-    def resume_background(
-        self, name: str, *, requested_by: str | None = None, reason: str | None = None
-    ) -> ControlResult:
-        """Resume a paused one (back to blocked while its requirements are open)."""
-        return self.control_background(name, "resume", actor=requested_by, reason=reason)
-
-    def cancel_background(
-        self,
-        name: str,
-        *,
-        requested_by: str | None = None,
-        reason: str | None = None,
-        wait: bool = False,
-    ) -> ControlResult:
-        """Cancel; lanes stop before their next batch (``wait`` until they have)."""
-        return self.control_background(name, "cancel", actor=requested_by, reason=reason, wait=wait)
-
-    def retry_background(
-        self,
-        name: str,
-        *,
-        requested_by: str | None = None,
-        reason: str | None = None,
-        from_start: bool = False,
-        repin: bool = False,
-    ) -> ControlResult:
-        """Retry a failed or cancelled one (or reopen a completed one over what is left)."""
-        action: ControlAction = "retry_from_start" if from_start else "retry"
-        return self.control_background(name, action, actor=requested_by, reason=reason, repin=repin)
-
-    def repin_background(
-        self, name: str, *, requested_by: str | None = None, reason: str | None = None
-    ) -> ControlResult:
-        """Pin the file on disk as the migration's version (its checksum in the changelog too)."""
-        return self.control_background(name, "repin", actor=requested_by, reason=reason)
-
-    def unlock_background(
-        self, name: str, *, requested_by: str | None = None, reason: str | None = None
-    ) -> dict[str, Any]:
-        """Clear the coordinator lock and every lease of a stuck background migration."""
-        result = self.control_background(name, "unlock", actor=requested_by, reason=reason)
-        return {"lock": result.lock, "leases": result.leases}
 
     # -- dry runs ------------------------------------------------------------------------
 
-    def dry_run_background(
+    def dry_run(
         self,
         name: str,
         *,
@@ -346,7 +296,7 @@ class BackgroundOperations(KitBase):
         """
         files.validate_name(name)
         return preview(
-            self.runtime,
+            self._kit._runtime,
             name,
             sample=sample,
             first=first,
@@ -354,3 +304,27 @@ class BackgroundOperations(KitBase):
             steps=steps,
             from_start=from_start,
         )
+
+    # -- audit ---------------------------------------------------------------------------
+
+    def audit(self, *, stale_after_seconds: float = audits.STALE_AFTER_SECONDS) -> list[Finding]:
+        """Findings of the background side; read-only.
+
+        Registered migrations whose file changed (checksum) or is missing; running
+        ones without progress for ``stale_after_seconds`` and without a live lease;
+        declarative migrations whose collection lacks the version index; dead
+        watchers (drift mode ``stream``/``both``). See
+        :mod:`migronaut_core.background.audit`.
+        """
+        return background_findings(self._kit, stale_after_seconds=stale_after_seconds)
+
+
+def background_findings(kit: KitBase, *, stale_after_seconds: float) -> list[Finding]:
+    """The background audit's findings (``kit.background.audit``; ``kit.runs.audit`` folds
+    them in)."""
+    return audits.audit(
+        kit._runtime,
+        migrations_dir=kit.config.migrations_dir,
+        watch=kit._watch_store() if kit.config.background_drift != "poll" else None,
+        stale_after_seconds=stale_after_seconds,
+    )

@@ -2,11 +2,13 @@
 
 :class:`KitBase` holds what every operation of :class:`~migronaut_core.kit.Migronaut`
 needs: the config, the client (connected lazily, owned or borrowed), the
-runner, the background engine's :class:`~migronaut_core.background.runtime.Runtime`
+private runner (``_runner``), the background engine's
+:class:`~migronaut_core.background.runtime.Runtime`
 (with the file cache of :mod:`~migronaut_core.background.loading` and the
 runner hooks of :mod:`~migronaut_core.background.registration`), and the
-once-per-connection index check. The operation mixins subclass it, so each
-sees these attributes typed; none of them connects or wires anything itself.
+once-per-connection index check; the wiring is private (``_runtime``). The
+namespaces (``kit.runs``, ``kit.background``, ``kit.drift``) each hold the kit
+and read these attributes typed; none of them connects or wires anything itself.
 """
 
 from __future__ import annotations
@@ -59,8 +61,8 @@ class KitBase:
         self._owns_client = client is None
         self.events = Events()
         self._telemetry = Telemetry(tracer_provider, meter_provider, sink=metrics_sink)
-        self._runner: MigrationRunner | None = None
-        self._runtime: Runtime | None = None
+        self._runner_built: MigrationRunner | None = None
+        self._runtime_built: Runtime | None = None
         self._files = BackgroundFiles(self.config, warn_once=self._warn_once)
         self._indexed = False
 
@@ -103,8 +105,8 @@ class KitBase:
         if self._client is not None and self._owns_client:
             self._client.close()
             self._client = None
-        self._runner = None
-        self._runtime = None
+        self._runner_built = None
+        self._runtime_built = None
         self._files = BackgroundFiles(self.config, warn_once=self._warn_once)
         self._indexed = False
 
@@ -121,26 +123,38 @@ class KitBase:
 
     # -- wiring --------------------------------------------------------------------------
 
-    @property
-    def runner(self) -> MigrationRunner:
-        if self._runner is None:
-            hooks = RunnerHooks(self.runtime, self._files, self.config, ready=self._ready)
-            self._runner = MigrationRunner(self.config, self.client, self.db, background=hooks)
-        return self._runner
+    def connect(self) -> None:
+        """Connect and wire the engine now rather than on first use.
+
+        For a kit that threads will share (a web server's request threads): the
+        wiring is then built once, before any of them uses it.
+        """
+        self._runtime  # noqa: B018 - built here, once
 
     @property
-    def runtime(self) -> Runtime:
-        """The background engine's wiring over this kit's database (built on first use)."""
-        if self._runtime is None:
-            self._runtime = self._wire()
-        return self._runtime
+    def _runner(self) -> MigrationRunner:
+        """The runner over this kit's database (built on first use); internal."""
+        if self._runner_built is None:
+            hooks = RunnerHooks(self._runtime, self._files, self.config, ready=self._ready)
+            self._runner_built = MigrationRunner(
+                self.config, self.client, self.db, background=hooks
+            )
+        return self._runner_built
+
+    @property
+    def _runtime(self) -> Runtime:
+        """The background engine's wiring over this kit's database (built on first use);
+        internal."""
+        if self._runtime_built is None:
+            self._runtime_built = self._wire()
+        return self._runtime_built
 
     def _wire(self) -> Runtime:
         def on_completed(name: str) -> None:
             unblock_dependents(runtime, name)
 
         def adopted_of(names: Sequence[str]) -> set[str]:
-            return self.runner.changelog.adopted_names(names)
+            return self._runner.changelog.adopted_names(names)
 
         runtime = Runtime(
             db=self.db,
@@ -166,8 +180,8 @@ class KitBase:
         """
         if not self._indexed:
             required = [
-                *self.runner.changelog.required_indexes(),
-                *self.runtime.store.required_indexes(),
+                *self._runner.changelog.required_indexes(),
+                *self._runtime.store.required_indexes(),
             ]
             ensure_indexes(self.db, required, create=self.config.ensure_indexes)
             self._indexed = True
@@ -178,7 +192,7 @@ class KitBase:
             self._ready()
 
     def _warn_once(self, key: str, message: str, *args: Any) -> None:
-        self.runtime.warn_once(key, message, *args)
+        self._runtime.warn_once(key, message, *args)
 
     def _registered(self, name: str) -> dict[str, Any]:
         """The state of a registered background migration; reads only.
@@ -186,7 +200,7 @@ class KitBase:
         :raises NotAppliedError: it is not registered.
         """
         files.validate_name(name)
-        state = self.runtime.store.states.get(name)
+        state = self._runtime.store.states.get(name)
         if state is None:
             raise NotAppliedError(
                 f"background migration {name} is not registered; run `migronaut up` first",
@@ -195,4 +209,4 @@ class KitBase:
         return state
 
     def _watch_store(self) -> WatchStore:
-        return WatchStore(self.runtime.db, self.config.background_collections.watch)
+        return WatchStore(self._runtime.db, self.config.background_collections.watch)

@@ -1,6 +1,6 @@
-"""Drift on the kit: the poll (verify) and the live watcher (watch, watch status).
+"""Drift on the kit, ``kit.drift``: the poll (verify) and the live watcher (watch, status).
 
-:class:`DriftOperations` is the part of :class:`~migronaut_core.kit.Migronaut`
+:class:`Drift` is the namespace of :class:`~migronaut_core.kit.Migronaut`
 that finds old-shape documents reappearing after a background migration
 completed, by polling (:mod:`~migronaut_core.background.drift.verify`) or by
 change streams (:mod:`~migronaut_core.background.drift.watch`).
@@ -8,7 +8,7 @@ change streams (:mod:`~migronaut_core.background.drift.watch`).
 
 from __future__ import annotations
 
-from typing import Any, overload
+from typing import overload
 
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.drift import verify as drift
@@ -17,39 +17,53 @@ from migronaut_core.background.drift.watch import Watcher
 from migronaut_core.background.store import watch_view
 from migronaut_core.changelog import Actor
 from migronaut_core.kit.base import KitBase
+from migronaut_core.kit.results import VerifyReport, WatchStatus
 
 
-class DriftOperations(KitBase):
-    """Drift: verify by polling, watch with change streams, and the watchers' status."""
+class Drift:
+    """Drift, ``kit.drift``: verify by polling, watch with change streams, the watchers' status.
 
-    def verify_background(
+    :param kit: the kit whose connection and wiring every operation uses.
+    """
+
+    __slots__ = ("_kit",)
+
+    def __init__(self, kit: KitBase) -> None:
+        self._kit = kit
+
+    def verify(
         self,
         *,
         on_drift: str | None = None,
         collections: list[str] | None = None,
         requested_by: str | None = None,
         reason: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> VerifyReport:
         """Find old-shape documents that reappeared after completion; reopen or report.
 
         :param on_drift: ``reopen`` or ``report``; default: ``background_on_drift``.
             In drift mode ``stream`` (``background_drift``) the poll is the safety
             net: collections whose watcher is streaming and fresh are skipped. In
             ``both`` it polls every collection, streamed or not.
-        :returns: ``{checked, drifted: [{migration, collection, action}], skipped}``.
+        :returns: how many were checked and skipped, and those that drifted.
         """
         actor = Actor(requested_by=requested_by, reason=reason) if requested_by or reason else None
-        chosen = self.config.background_on_drift if on_drift is None else on_drift
+        chosen = self._kit.config.background_on_drift if on_drift is None else on_drift
         checked = drift.check_on_drift(chosen)
-        self._ready()
+        self._kit._ready()
         streamed: set[str] = set()
-        if self.config.background_drift == "stream":
-            streamed = set(self._watch_store().streaming_collections())
-        return drift.verify(
-            self.runtime, on_drift=checked, collections=collections, actor=actor, streamed=streamed
+        if self._kit.config.background_drift == "stream":
+            streamed = set(self._kit._watch_store().streaming_collections())
+        report = drift.verify(
+            self._kit._runtime,
+            on_drift=checked,
+            collections=collections,
+            actor=actor,
+            streamed=streamed,
         )
+        return VerifyReport.from_row(report)
 
-    def watch_background(
+    def watch(
         self,
         *,
         collections: list[str] | None = None,
@@ -79,33 +93,36 @@ class DriftOperations(KitBase):
             change streams: keep drift mode ``poll``).
         """
         settings = watching.watch_settings(
-            ttl_seconds=self.config.lock_ttl_seconds,
+            ttl_seconds=self._kit.config.lock_ttl_seconds,
             collections=collections,
-            on_drift=self.config.background_on_drift if on_drift is None else on_drift,
+            on_drift=self._kit.config.background_on_drift if on_drift is None else on_drift,
             batch_size=batch_size,
             batch_ms=batch_ms,
             refresh_seconds=refresh_seconds,
             leader_retry_seconds=leader_retry_seconds,
         )
-        watching.require_change_streams(self.runtime)
-        self._ready()
-        return watching.start_watch(self.runtime, self._watch_store(), settings, cancel=cancel)
+        watching.require_change_streams(self._kit._runtime)
+        self._kit._ready()
+        return watching.start_watch(
+            self._kit._runtime, self._kit._watch_store(), settings, cancel=cancel
+        )
 
     @overload
-    def background_watch_status(self, collection: None = None) -> list[dict[str, Any]]: ...
+    def watch_status(self, collection: None = None) -> list[WatchStatus]: ...
 
     @overload
-    def background_watch_status(self, collection: str) -> dict[str, Any] | None: ...
+    def watch_status(self, collection: str) -> WatchStatus | None: ...
 
-    def background_watch_status(
-        self, collection: str | None = None
-    ) -> list[dict[str, Any]] | dict[str, Any] | None:
+    def watch_status(self, collection: str | None = None) -> list[WatchStatus] | WatchStatus | None:
         """What the drift watchers recorded: state, leader, counters, last event.
 
-        One row per watched collection (or the one asked for, None when it has
+        One per watched collection (or the one asked for, None when it has
         none); never the resume token.
         """
-        rows = self._watch_store().statuses(collection)
+        rows = [
+            WatchStatus.from_row(watch_view(row))
+            for row in self._kit._watch_store().statuses(collection)
+        ]
         if collection is not None:
-            return watch_view(rows[0]) if rows else None
-        return [watch_view(row) for row in rows]
+            return rows[0] if rows else None
+        return rows

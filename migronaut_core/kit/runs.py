@@ -1,16 +1,15 @@
-"""The runner's operations on the kit: migrate, preview, baseline, converge, audit.
+"""The runner's operations on the kit, ``kit.runs``: migrate, preview, baseline, converge, audit.
 
-:class:`RunnerOperations` is the part of :class:`~migronaut_core.kit.Migronaut`
-that works on the changelog and the run lock (``up``, ``down``, ``status``,
-the plans, ``baseline``, ``create``), the collection definitions' version
-indexes (``converge`` and its log), and the audits: the general one folds in
-the background findings, so both live here.
+:class:`Runs` is the namespace of :class:`~migronaut_core.kit.Migronaut` that
+works on the changelog and the run lock (``up``, ``down``, ``status``, the
+plans, ``baseline``, ``create``, ``inspect_lock``), the collection
+definitions' version indexes (``converge`` and its log), and the general audit,
+which folds in the background findings.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from migronaut_core import files
 from migronaut_core.audit import Finding, audit_runner
@@ -23,14 +22,24 @@ from migronaut_core.baseline import BaselineResult
 from migronaut_core.baseline import baseline as adopt
 from migronaut_core.changelog import Actor
 from migronaut_core.checks import check_int
+from migronaut_core.kit.background import background_findings
 from migronaut_core.kit.base import KitBase
+from migronaut_core.kit.results import ConvergeLogEntry
 from migronaut_core.lock import LockInfo
 from migronaut_core.preview import RunPlan, plan_down, plan_up
 from migronaut_core.runner import RunOptions, RunResult, StatusRow, with_default_user
 
 
-class RunnerOperations(KitBase):
-    """Migrations, plans, baseline, converge and the audits."""
+class Runs:
+    """Migrations, plans, baseline, converge and the audit: ``kit.runs``.
+
+    :param kit: the kit whose connection and wiring every operation uses.
+    """
+
+    __slots__ = ("_kit",)
+
+    def __init__(self, kit: KitBase) -> None:
+        self._kit = kit
 
     def up(
         self,
@@ -51,8 +60,8 @@ class RunnerOperations(KitBase):
             allow_checksum_mismatch=allow_checksum_mismatch,
             on_background_pending=on_background_pending,  # type: ignore[arg-type]
         )
-        self._checked_first()
-        return self.runner.up(to=to, only=only, options=opts)
+        self._kit._checked_first()
+        return self._kit._runner.up(to=to, only=only, options=opts)
 
     def down(
         self,
@@ -68,12 +77,12 @@ class RunnerOperations(KitBase):
             wait_for_lock_seconds=wait_for_lock_seconds,
             actor=Actor(requested_by=requested_by, reason=reason),
         )
-        self._checked_first()
-        return self.runner.down(to=to, options=opts)
+        self._kit._checked_first()
+        return self._kit._runner.down(to=to, options=opts)
 
     def status(self) -> list[StatusRow]:
         """Return one row per migration, oldest first."""
-        return self.runner.status()
+        return self._kit._runner.status()
 
     def plan_up(
         self,
@@ -85,13 +94,13 @@ class RunnerOperations(KitBase):
         """What :meth:`up` would do now, in order, and the refusal it would meet; writes
         nothing (no lock, no index). See :mod:`migronaut_core.preview`."""
         return plan_up(
-            self.runner, to=to, only=only, allow_checksum_mismatch=allow_checksum_mismatch
+            self._kit._runner, to=to, only=only, allow_checksum_mismatch=allow_checksum_mismatch
         )
 
     def plan_down(self, *, to: str | None = None) -> RunPlan:
         """What :meth:`down` would do now, newest first, and the refusal it would meet
         (an irreversible target); writes nothing."""
-        return plan_down(self.runner, to=to)
+        return plan_down(self._kit._runner, to=to)
 
     def baseline(
         self,
@@ -112,8 +121,8 @@ class RunnerOperations(KitBase):
             wait_for_lock_seconds=wait_for_lock_seconds,
             actor=Actor(requested_by=requested_by, reason=reason),
         )
-        self._checked_first()
-        return adopt(self.runner, to=to, options=opts)
+        self._kit._checked_first()
+        return adopt(self._kit._runner, to=to, options=opts)
 
     def create(self, title: str, *, background: bool = False, update: bool = False) -> Path:
         """Create a migration file from a template; needs no database.
@@ -122,12 +131,12 @@ class RunnerOperations(KitBase):
         ``background``).
         """
         return files.write_new(
-            self.config.migrations_dir, title, background=background, update=update
+            self._kit.config.migrations_dir, title, background=background, update=update
         )
 
     def inspect_lock(self) -> LockInfo | None:
         """Return who holds the run lock, if anyone ever took it."""
-        return self.runner.run_lock(Actor()).inspect()
+        return self._kit._runner.run_lock(Actor()).inspect()
 
     def converge(
         self,
@@ -158,21 +167,21 @@ class RunnerOperations(KitBase):
         """
         actor = with_default_user(Actor(requested_by=requested_by, reason=reason))
         report = converge_collections(
-            self.runtime,
-            self._files.definitions(),
-            self._converge_log(),
+            self._kit._runtime,
+            self._kit._files.definitions(),
+            _converge_log(self._kit),
             actor=actor,
-            create=self.config.ensure_indexes,
+            create=self._kit.config.ensure_indexes,
             prune_undeclared=prune,
         )
         touched = [item.collection for item in report.collections]
         for collection in {*touched, *(item.collection for item in report.pruned)}:
-            self.runtime.forget_indexes(collection)
+            self._kit._runtime.forget_indexes(collection)
         return report
 
     def converge_log(
         self, *, collection: str | None = None, limit: int = 100
-    ) -> list[dict[str, Any]]:
+    ) -> list[ConvergeLogEntry]:
         """What converge created and dropped, newest first; reads only.
 
         Each entry: ``collection``, ``action`` (``created``/``dropped``),
@@ -182,31 +191,10 @@ class RunnerOperations(KitBase):
         :raises ConfigInvalidError: ``limit`` is not a positive integer.
         """
         check_int("limit", limit, 1)
-        entries = self._converge_log().read(collection, limit)
-        return [converge_entry_view(entry) for entry in entries]
+        entries = _converge_log(self._kit).read(collection, limit)
+        return [ConvergeLogEntry.from_row(converge_entry_view(entry)) for entry in entries]
 
-    def _converge_log(self) -> ConvergeLog:
-        return ConvergeLog(self.db, self.config.background_collections.converge_log)
-
-    # -- audits --------------------------------------------------------------------------
-
-    def audit_background(
-        self, *, stale_after_seconds: float = audits.STALE_AFTER_SECONDS
-    ) -> list[Finding]:
-        """Findings of the background side; read-only.
-
-        Registered migrations whose file changed (checksum) or is missing; running
-        ones without progress for ``stale_after_seconds`` and without a live lease;
-        declarative migrations whose collection lacks the version index; dead
-        watchers (drift mode ``stream``/``both``). See
-        :mod:`migronaut_core.background.audit`.
-        """
-        return audits.audit(
-            self.runtime,
-            migrations_dir=self.config.migrations_dir,
-            watch=self._watch_store() if self.config.background_drift != "poll" else None,
-            stale_after_seconds=stale_after_seconds,
-        )
+    # -- audit ---------------------------------------------------------------------------
 
     def audit(self, *, stale_after_seconds: float = audits.STALE_AFTER_SECONDS) -> list[Finding]:
         """Everything that needs an operator's look, general then background; read-only.
@@ -214,15 +202,20 @@ class RunnerOperations(KitBase):
         The run lock (held, or stale: a killed run), the collection definitions
         (do they load), every migration (pending, failed, its file changed since
         it was applied or gone, its file does not load), the changelog records
-        (readable), and the background findings of :meth:`audit_background`;
+        (readable), and the background findings of
+        :meth:`Background.audit <migronaut_core.kit.background.Background.audit>`;
         each fact once (see :mod:`migronaut_core.audit`). A finding with
         severity ``error`` is something a run would refuse or trip over.
         """
         general = audit_runner(
             lock=self.inspect_lock(),
-            records=self.runner.changelog.documents(),
-            migrations_dir=self.config.migrations_dir,
-            definitions=self._files.definitions,
+            records=self._kit._runner.changelog.documents(),
+            migrations_dir=self._kit.config.migrations_dir,
+            definitions=self._kit._files.definitions,
         )
-        background = self.audit_background(stale_after_seconds=stale_after_seconds)
+        background = background_findings(self._kit, stale_after_seconds=stale_after_seconds)
         return fold_findings(general, background)
+
+
+def _converge_log(kit: KitBase) -> ConvergeLog:
+    return ConvergeLog(kit.db, kit.config.background_collections.converge_log)

@@ -16,6 +16,7 @@ import pytest
 from pymongo.database import Database
 
 from migronaut_airflow.targets import dag_id_for
+from tests.support import kit_json
 from tests.support.airflow import task_logs_at_info
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 from tests.support.dags import load_dags, task_states, xcom
@@ -45,7 +46,7 @@ def admin(**conf: Any) -> Any:
 
 def statuses(mongo_uri: str, db: Database[dict[str, Any]], migrations: Path) -> dict[str, str]:
     with make_kit(mongo_uri, db, migrations) as kit:
-        return {row.name: row.status for row in kit.status()}
+        return {row.name: row.status for row in kit.runs.status()}
 
 
 def started_runs(dag_id: str) -> int:
@@ -73,7 +74,7 @@ def test_up_to_registers_the_background_migration_and_starts_its_dag(
     assert task_states(run)[("start_migrations", 0)] == "success"
     assert started_runs(BG_DAG) == before + 1
     with make_kit(mongo_uri, db, migrations) as kit:
-        assert kit.background_status(SPLIT_NAME)["status"] == "pending"
+        assert kit_json.status(kit, SPLIT_NAME)["status"] == "pending"
 
 
 def test_plans_of_up_and_down_change_nothing(
@@ -93,7 +94,7 @@ def test_plans_of_up_and_down_change_nothing(
     assert set(statuses(mongo_uri, db, migrations).values()) == {"pending"}
 
     with make_kit(mongo_uri, db, migrations) as kit:
-        kit.up(only=FIRST)
+        kit.runs.up(only=FIRST)
     down = admin(operation="down", plan=True)
     assert [item["name"] for item in xcom(down, "run", key="result")["migrations"]] == [FIRST]
     assert statuses(mongo_uri, db, migrations)[FIRST] == "applied"
@@ -103,7 +104,7 @@ def test_down_to_reverts_and_baseline_adopts(
     migrations: Path, mongo_uri: str, db: Database[dict[str, Any]]
 ) -> None:
     with make_kit(mongo_uri, db, migrations) as kit:
-        kit.up(only=FIRST)
+        kit.runs.up(only=FIRST)
     assert admin(operation="down").state == "success"
     assert statuses(mongo_uri, db, migrations)[FIRST] == "pending"
 
@@ -111,7 +112,7 @@ def test_down_to_reverts_and_baseline_adopts(
     assert baseline.state == "success"
     assert xcom(baseline, "run", key="result")["adopted"] == [FIRST]
     with make_kit(mongo_uri, db, migrations) as kit:
-        [row] = [row for row in kit.status() if row.name == FIRST]
+        [row] = [row for row in kit.runs.status() if row.name == FIRST]
     assert (row.status, row.adopted) == ("applied", True)
 
 

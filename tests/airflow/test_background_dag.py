@@ -10,6 +10,7 @@ from pymongo.database import Database
 
 from migronaut_airflow.operators.background import dag_id_for
 from migronaut_core.config import CONFIG_FILE, BackgroundCollections
+from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 from tests.support.dags import load_dags, task_states, xcom
 
@@ -28,7 +29,7 @@ def run_until_completed(
         states = task_states(run)
         reasons.append(xcom(run, "wait_for_lanes"))
         with make_kit(mongo_uri, db, migrations, **config) as kit:
-            status = kit.background_status(SPLIT_NAME)
+            status = kit_json.status(kit, SPLIT_NAME)
         if status["status"] == "completed":
             break
         assert run.state == "success", states
@@ -54,7 +55,7 @@ def test_generated_dag_migrates_with_three_mapped_lanes(
     # the machine, so a round ends with open partitions and no live lease.
     write_background(dags_folder, batch_size=50, max_parallel=3, per_document_seconds=0.0005)
     with make_kit(mongo_uri, db, dags_folder) as kit:
-        kit.up()
+        kit.runs.up()
     status, reasons = run_until_completed(mongo_uri, db, dags_folder)
     assert status["status"] == "completed"
     assert status["totals"]["migrated"] == 5_000
@@ -76,7 +77,7 @@ def test_generated_dag_waits_on_a_configured_collection_prefix(
     db.users.create_index([("_v", 1), ("_id", 1)])
     write_background(dags_folder, batch_size=50, max_parallel=3, per_document_seconds=0.0005)
     with make_kit(mongo_uri, db, dags_folder, background_collection=CUSTOM_PREFIX) as kit:
-        kit.up()
+        kit.runs.up()
     status, reasons = run_until_completed(
         mongo_uri, db, dags_folder, background_collection=CUSTOM_PREFIX
     )

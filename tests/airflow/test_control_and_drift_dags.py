@@ -11,6 +11,7 @@ import pytest
 from pymongo.database import Database
 
 from migronaut_airflow.operators.background import dag_id_for
+from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 from tests.support.dags import load_dags, task_states, xcom
 
@@ -24,7 +25,7 @@ def registered(
     seed_users(db, 1_000)
     write_background(dags_folder, batch_size=100, max_parallel=2)
     with make_kit(mongo_uri, db, dags_folder) as kit:
-        kit.up()
+        kit.runs.up()
     return dags_folder
 
 
@@ -56,7 +57,7 @@ def run_until_done(
         dags[BG_DAG].test()
         consume_queued_runs(BG_DAG)
         with make_kit(mongo_uri, db, migrations) as kit:
-            status = kit.background_status(SPLIT_NAME)
+            status = kit_json.status(kit, SPLIT_NAME)
         if status["status"] in ("completed", "failed", "paused", "cancelled"):
             return status
     raise AssertionError("the migration did not finish")
@@ -72,7 +73,7 @@ def test_pause_and_resume_through_the_control_dag(
     assert paused.state == "success"
     assert task_states(paused)[("start_migration", -1)] == "skipped"
     with make_kit(mongo_uri, db, registered) as kit:
-        assert kit.background_status(SPLIT_NAME)["status"] == "paused"
+        assert kit_json.status(kit, SPLIT_NAME)["status"] == "paused"
     skipped = dags[BG_DAG].test()
     assert task_states(skipped)[("coordinate", -1)] == "skipped"
     assert db.users.count_documents({"_v": 2}) == 0
@@ -87,7 +88,7 @@ def test_pause_and_resume_through_the_control_dag(
     status = run_until_done(dags, mongo_uri, db, registered)
     assert status["status"] == "completed"
     with make_kit(mongo_uri, db, registered) as kit:
-        history = kit.background_history(SPLIT_NAME)
+        history = kit_json.history(kit, SPLIT_NAME)
     pause = next(entry for entry in history if entry["action"] == "pause")
     resume = next(entry for entry in history if entry["action"] == "resume")
     assert (pause["by"], pause["reason"]) == ("dag_test", "peak hours")
@@ -99,7 +100,7 @@ def test_a_repin_of_a_cancelled_migration_starts_no_run(
 ) -> None:
     """The core says whether the migration may run: a repin leaves a cancelled one cancelled."""
     with make_kit(mongo_uri, db, registered) as kit:
-        kit.control_background(SPLIT_NAME, "cancel")
+        kit.background.control(SPLIT_NAME, "cancel")
     before = len(queued_runs(BG_DAG))
     run = load_dags()["migronaut_control"].test(
         run_conf={"migration": SPLIT_NAME, "action": "repin"}
@@ -109,7 +110,7 @@ def test_a_repin_of_a_cancelled_migration_starts_no_run(
     assert task_states(run)[("start_migration", -1)] == "skipped"
     assert len(queued_runs(BG_DAG)) == before
     with make_kit(mongo_uri, db, registered) as kit:
-        assert kit.background_status(SPLIT_NAME)["status"] == "cancelled"
+        assert kit_json.status(kit, SPLIT_NAME)["status"] == "cancelled"
 
 
 @pytest.mark.parametrize(
@@ -132,7 +133,7 @@ def test_bad_control_input_fails_the_task_and_changes_nothing(
     assert task_states(run)[("control", -1)] == "failed"
     assert fragment in "".join(capfd.readouterr())
     with make_kit(mongo_uri, db, registered) as kit:
-        assert kit.background_status(SPLIT_NAME)["status"] == "pending"
+        assert kit_json.status(kit, SPLIT_NAME)["status"] == "pending"
 
 
 def test_an_unknown_action_is_refused_by_the_form(
@@ -146,7 +147,7 @@ def test_an_unknown_action_is_refused_by_the_form(
             run_conf={"migration": SPLIT_NAME, "action": "explode"}
         )
     with make_kit(mongo_uri, db, registered) as kit:
-        assert kit.background_status(SPLIT_NAME)["status"] == "pending"
+        assert kit_json.status(kit, SPLIT_NAME)["status"] == "pending"
 
 
 def test_an_action_that_does_not_fit_the_state_fails(
@@ -208,8 +209,8 @@ def test_a_run_whose_round_was_taken_over_ends_superseded(
             while (db.migronaut_background.find_one({"_id": SPLIT_NAME}) or {}).get("round") != 1:
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
-            kit.repin_background(SPLIT_NAME, reason="deploy finished")
-            answer = kit.coordinate_background(
+            kit.background.control(SPLIT_NAME, "repin", reason="deploy finished")
+            answer = kit.background.coordinate(
                 SPLIT_NAME, driver=Driver("airflow", "other", rounds=True)
             )
             assert answer.round == 2

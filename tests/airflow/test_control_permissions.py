@@ -14,6 +14,7 @@ import pytest
 from pymongo.database import Database
 
 from migronaut_core import ConfigInvalidError
+from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 from tests.support.dags import load_dags, task_states
 
@@ -29,7 +30,7 @@ def registered(
     seed_users(db, 200)
     write_background(dags_folder, batch_size=100, max_parallel=2)
     with make_kit(mongo_uri, db, dags_folder) as kit:
-        kit.up()
+        kit.runs.up()
     return dags_folder
 
 
@@ -41,7 +42,7 @@ def pause_as(
     monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", users)
     run = load_dags()["migronaut_control"].test(run_conf=PAUSE)
     with make_kit(mongo_uri, db, registered) as kit:
-        status = kit.background_status(SPLIT_NAME)
+        status = kit_json.status(kit, SPLIT_NAME)
     return run, str(status["status"])
 
 

@@ -29,6 +29,7 @@ from pymongo.database import Database
 from migronaut_dev.airflow_api import AirflowHarnessError
 from migronaut_dev.airflow_standalone import AirflowStandalone, install_dag_file, overlapping
 from migronaut_dev.endpoints import airflow_connection
+from tests.support import kit_json
 from tests.support.airflow import log_tail_on_failure
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 
@@ -187,14 +188,14 @@ def test_only_a_user_who_may_edit_the_migrations_dag_controls_it(deployment: Dep
     probe_folder = deployment.dags.parent / "probe"
     write_background(probe_folder, PROBE, extra='"filter": {"n": -1},')
     with make_kit(deployment.mongo_uri, deployment.orders, probe_folder) as kit:
-        kit.up()  # registered (pending); no Airflow run drives it
+        kit.runs.up()  # registered (pending); no Airflow run drives it
     control = "migronaut_orders__control"
     airflow.wait_for_dag(control)
     pause = {"migration": PROBE, "action": "pause", "reason": "not yours"}
 
     def probe_status() -> str:
         with make_kit(deployment.mongo_uri, deployment.orders, probe_folder) as kit:
-            return str(kit.background_status(PROBE)["status"])
+            return str(kit_json.status(kit, PROBE)["status"])
 
     refused = deployment.trigger_as("viewer", control, pause)
     assert refused.status_code == 403

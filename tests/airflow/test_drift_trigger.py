@@ -30,6 +30,7 @@ from migronaut_core import Migronaut, read_catalog
 from migronaut_core.background.store.drift_events import read_drift_position
 from migronaut_core.config import BackgroundCollections
 from migronaut_core.errors import ConfigInvalidError
+from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 
 pytestmark = [pytest.mark.airflow]
@@ -58,8 +59,8 @@ def completed(
     seed_users(db, 20)
     db.users.create_index([("_v", 1), ("_id", 1)])
     with make_kit(mongo_uri, db, tmp_path / "migrations") as kit:
-        kit.up()
-        assert kit.run_background(SPLIT_NAME)["status"] == "completed"
+        kit.runs.up()
+        assert kit_json.run(kit, SPLIT_NAME)["status"] == "completed"
         yield kit
 
 

@@ -63,8 +63,8 @@ def test_a_lane_defers_through_a_deploy_and_fails_clearly_past_its_bound(
 ) -> None:
     seed_users(db, 1_000)
     path = write_background(migrations, batch_size=100)
-    kit.up()
-    assert kit.coordinate_background(SPLIT_NAME).next == "process"
+    kit.runs.up()
+    assert kit.background.coordinate(SPLIT_NAME).next == "process"
     registered = path.read_text()
     path.write_text(registered + "\n# release 2\n")
     lane = _lane(max_deploy_wait_seconds=300)
@@ -111,8 +111,8 @@ def test_on_kill_stops_the_slice_and_releases_its_lease_for_the_next_lane(
     seed_users(db, 1_500)
     # One slot: the next lane can claim only if the killed one let go.
     write_background(migrations, batch_size=50, max_parallel=1, per_document_seconds=0.002)
-    kit.up()
-    assert kit.coordinate_background(SPLIT_NAME).next == "process"
+    kit.runs.up()
+    assert kit.background.coordinate(SPLIT_NAME).next == "process"
     victim = _lane(slice_ms=600_000)
     results: list[dict[str, Any]] = []
     worker = threading.Thread(target=lambda: results.append(victim.execute(CONTEXT)))
@@ -144,9 +144,9 @@ def test_the_heal_takes_over_a_stalled_migration_whose_one_run_is_stuck(
 ) -> None:
     seed_users(db, 500)
     write_background(migrations, batch_size=100)
-    kit.up()
-    assert kit.coordinate_background(SPLIT_NAME).next == "process"
-    assert kit.run_background_slice(SPLIT_NAME, slice_ms=100).outcome in ("yielded", "exhausted")
+    kit.runs.up()
+    assert kit.background.coordinate(SPLIT_NAME).next == "process"
+    assert kit.background.run_slice(SPLIT_NAME, slice_ms=100).outcome in ("yielded", "exhausted")
     dag_id = dag_id_for(SPLIT_NAME)
 
     def heal(active: int, stall_seconds: float) -> list[str]:
@@ -164,6 +164,6 @@ def test_the_heal_takes_over_a_stalled_migration_whose_one_run_is_stuck(
     assert heal(1, 60) == []
     assert heal(0, 60) == [dag_id]  # no run at all: the plain heal
     time.sleep(1.2)  # no lease, no checkpoint, no coordinator step since
-    assert kit.stalled_background(stall_seconds=1) == [SPLIT_NAME]
+    assert kit.background.stalled(stall_seconds=1) == [SPLIT_NAME]
     assert heal(1, 1) == [dag_id]  # one stuck run: a takeover run beside it
     assert heal(2, 1) == []  # a takeover already runs: never a third

@@ -26,6 +26,7 @@ from airflow.sdk.observability.stats import Stats
 from pymongo.database import Database
 
 from migronaut_airflow.operators.background import dag_id_for
+from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 from tests.support.dags import load_dags, task_states
 
@@ -134,12 +135,12 @@ def test_a_lane_under_airflow_sends_slice_batch_and_lease_metrics_to_statsd(
     db.users.create_index([("_v", 1), ("_id", 1)])
     write_background(dags_folder, batch_size=200, max_parallel=2)
     with make_kit(mongo_uri, db, dags_folder) as kit:
-        kit.up()
+        kit.runs.up()
     with airflow_statsd(statsd.port):
         run = load_dags()[dag_id_for(SPLIT_NAME)].test()
     assert run.state == "success", task_states(run)
     with make_kit(mongo_uri, db, dags_folder) as kit:
-        assert kit.background_status(SPLIT_NAME)["totals"]["migrated"] == DOCUMENTS
+        assert kit_json.status(kit, SPLIT_NAME)["totals"]["migrated"] == DOCUMENTS
 
     metrics = statsd.metrics()
     names = {name for name, *_ in metrics}

@@ -58,7 +58,7 @@ def result(run: Any) -> Any:
 
 def applied(mongo_uri: str, db: Database[dict[str, Any]], migrations: Path) -> dict[str, str]:
     with make_kit(mongo_uri, db, migrations) as kit:
-        return {row.name: row.status for row in kit.status()}
+        return {row.name: row.status for row in kit.runs.status()}
 
 
 def test_up_to_applies_through_the_named_migration(
@@ -92,7 +92,7 @@ def test_down_to_reverts_what_was_applied_after_it(
     migrations: Path, mongo_uri: str, db: Database[dict[str, Any]]
 ) -> None:
     with make_kit(mongo_uri, db, migrations) as kit:
-        kit.up()
+        kit.runs.up()
     run = run_task(MigrateDownOperator, migrations, to=FIRST)
     assert run.state == "success"
     assert applied(mongo_uri, db, migrations) == {
@@ -123,7 +123,7 @@ def test_plans_are_in_xcom_and_the_log_and_change_nothing(
     assert set(applied(mongo_uri, db, migrations).values()) == {"pending"}
 
     with make_kit(mongo_uri, db, migrations) as kit:
-        kit.up()
+        kit.runs.up()
     down = result(run_task(PlanOperator, migrations, direction="down"))
     assert down["direction"] == "down"
     assert [item["name"] for item in down["migrations"]] == [THIRD]
@@ -137,7 +137,7 @@ def test_baseline_adopts_without_running(
     assert run.state == "success"
     assert result(run)["adopted"] == [FIRST, SECOND]
     with make_kit(mongo_uri, db, migrations) as kit:
-        rows = {row.name: row for row in kit.status()}
+        rows = {row.name: row for row in kit.runs.status()}
     assert rows[SECOND].adopted and rows[SECOND].status == "applied"
     assert rows[THIRD].status == "pending"
     assert db.runs.count_documents({}) == 0  # nothing ran
@@ -200,7 +200,7 @@ def test_audit_succeeds_on_warnings_and_fails_on_an_error(
     assert {item["kind"] for item in findings["findings"]} == {"pending"}
 
     with make_kit(mongo_uri, db, migrations) as kit:
-        kit.up()
+        kit.runs.up()
     write_migration(migrations, FIRST, "def up(ctx):\n    pass\n")  # changed since applied
     changed = run_task(AuditOperator, migrations)
     assert changed.state == "failed"
@@ -259,7 +259,7 @@ def test_a_plan_the_run_would_refuse_fails_with_the_refusals_code_after_reportin
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     with make_kit(mongo_uri, db, migrations) as kit:
-        kit.up(only=FIRST)
+        kit.runs.up(only=FIRST)
     write_migration(migrations, FIRST, "def up(ctx):\n    pass\n")  # changed since applied
     run = run_task(PlanOperator, migrations)
     assert run.state == "failed"

@@ -91,7 +91,7 @@ def setup(
             "AIRFLOW_CONN_MIGRONAUT_DEFAULT": airflow_connection(mongo_uri, db.name),
         }
         with make_kit(mongo_uri, db, migrations, lock_ttl_seconds=TTL_SECONDS) as kit:
-            kit.up()
+            kit.runs.up()
             with AirflowStandalone(
                 root / "airflow", root / "dags", env, start_timeout=420
             ) as airflow:
@@ -149,7 +149,7 @@ def _held_for_two_stall_periods(setup: Setup, dag_id: str) -> list[dict[str, Any
     runs_before = [run["dag_run_id"] for run in airflow.dag_runs(dag_id)]
     since = time.time()
     airflow.wait_until(
-        lambda: setup.kit.stalled_background(stall_seconds=STALL_SECONDS) == [NAME],
+        lambda: setup.kit.background.stalled(stall_seconds=STALL_SECONDS) == [NAME],
         STALL_SECONDS + 60,
         "the migration never stood still",
     )

@@ -36,6 +36,7 @@ from migronaut_core import Migronaut
 from migronaut_core.config import BackgroundCollections
 from migronaut_dev.airflow_standalone import AirflowStandalone, install_dag_file, parse_time
 from migronaut_dev.endpoints import airflow_connection
+from tests.support import kit_json
 from tests.support.airflow import log_tail_on_failure, stall_watch_connected
 from tests.support.app_writer import AppWriter
 from tests.support.background import make_kit
@@ -102,7 +103,7 @@ def setup(
             "AIRFLOW_CONN_MIGRONAUT_DEFAULT": airflow_connection(mongo_uri, db.name),
         }
         with make_kit(mongo_uri, db, migrations, lock_ttl_seconds=TTL_SECONDS) as kit:
-            kit.up()
+            kit.runs.up()
             with AirflowStandalone(
                 root / "airflow", root / "dags", env, start_timeout=300
             ) as airflow:
@@ -285,7 +286,7 @@ def test_a_frozen_lane_is_taken_over_by_the_stall_watch_long_before_the_drift_ti
         assert taken_round > stuck_round
 
         # Exact before the thaw: every migrated document counted once.
-        view = dict(kit.background_status(NAME) or {})
+        view = dict(kit_json.status(kit, NAME) or {})
         migrated = db.users.count_documents({"_v": 2})
         assert view["totals"]["migrated"] == migrated
         assert db.users.count_documents({"migrated_times": {"$ne": 1}, "_v": 2}) == 0
@@ -328,7 +329,7 @@ def test_a_frozen_lane_is_taken_over_by_the_stall_watch_long_before_the_drift_ti
     assert [run["state"] for run in runs] == ["success"] * len(runs), runs
     # Its late writes changed nothing: every document and the totals as before.
     assert _documents(db) == before_thaw
-    assert dict(kit.background_status(NAME) or {})["totals"] == view["totals"]
+    assert dict(kit_json.status(kit, NAME) or {})["totals"] == view["totals"]
     assert all(run["state"] == "success" for run in airflow.dag_runs(STALLS_DAG_ID))
 
     # An insert after the last pass counted none is drift (the design reopens it).

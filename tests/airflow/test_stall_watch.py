@@ -54,9 +54,9 @@ def abandoned(
     # 10 ms a document: one slice of 100 ms leaves most of the work undone.
     write_background(tmp_path / "migrations", batch_size=100, per_document_seconds=0.01)
     with make_kit(mongo_uri, db, tmp_path / "migrations", lock_ttl_seconds=TTL_SECONDS) as kit:
-        kit.up()
-        assert kit.coordinate_background(SPLIT_NAME).next == "process"
-        assert kit.run_background_slice(SPLIT_NAME, slice_ms=100).outcome in (
+        kit.runs.up()
+        assert kit.background.coordinate(SPLIT_NAME).next == "process"
+        assert kit.background.run_slice(SPLIT_NAME, slice_ms=100).outcome in (
             "yielded",
             "exhausted",
         )
@@ -130,7 +130,7 @@ async def test_run_yields_one_value_free_event_for_an_abandoned_migration_then_r
     assert event.payload["idle_seconds"][SPLIT_NAME] >= STALL
     assert waited >= STALL - 0.3  # not before: the slice's checkpoint was just written
     # The heal's rule agrees, and the signal was noted before it was handed on.
-    assert abandoned.stalled_background(stall_seconds=STALL) == [SPLIT_NAME]
+    assert abandoned.background.stalled(stall_seconds=STALL) == [SPLIT_NAME]
     noted = db[NAMES.drift_events].find_one({"_id": {"stall": SPLIT_NAME}})
     assert noted is not None and noted["counters"]["fired"] == 1
     # Names and durations only: no document value in the event, its log line or any log.
@@ -304,7 +304,7 @@ def test_a_stall_airflow_holds_is_reported_once_and_never_taken_over(
 ) -> None:
     migrations = tmp_path / "migrations"
     time.sleep(STALL)  # the slice's lease lapsed and nothing moved since
-    assert abandoned.stalled_background(stall_seconds=STALL) == [SPLIT_NAME]
+    assert abandoned.background.stalled(stall_seconds=STALL) == [SPLIT_NAME]
     capfd.readouterr()
     dag_id = dag_id_for(SPLIT_NAME)
     for _ in range(3):  # one stall signal after another: never a takeover run
@@ -364,9 +364,9 @@ def test_migronaut_stalls_reports_a_queued_then_paused_migration_and_queues_noth
     db.users.create_index([("_v", 1), ("_id", 1)])
     write_background(dags_folder, batch_size=100, per_document_seconds=0.01)
     with make_kit(mongo_uri, db, dags_folder, lock_ttl_seconds=TTL_SECONDS) as kit:
-        kit.up()
-        assert kit.coordinate_background(SPLIT_NAME).next == "process"
-        kit.run_background_slice(SPLIT_NAME, slice_ms=100)
+        kit.runs.up()
+        assert kit.background.coordinate(SPLIT_NAME).next == "process"
+        kit.background.run_slice(SPLIT_NAME, slice_ms=100)
     monkeypatch.setenv(STALL_ENV, "1")
     dags = load_dags()
     bg_dag = dag_id_for(SPLIT_NAME)

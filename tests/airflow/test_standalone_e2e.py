@@ -24,6 +24,7 @@ from migronaut_airflow.operators.background import dag_id_for
 from migronaut_core import Migronaut
 from migronaut_dev.airflow_standalone import AirflowStandalone, install_dag_file, overlapping
 from migronaut_dev.endpoints import airflow_connection
+from tests.support import kit_json
 from tests.support.airflow import log_tail_on_failure
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 
@@ -77,7 +78,7 @@ class Setup:
     kit: Migronaut
 
     def status(self, name: str) -> dict[str, Any]:
-        return dict(self.kit.background_status(name))
+        return dict(kit_json.status(self.kit, name))
 
     def wait_completed(self, name: str, timeout: float) -> dict[str, Any]:
         def completed() -> dict[str, Any] | None:
@@ -127,7 +128,7 @@ def setup(
             "AIRFLOW_CONN_MIGRONAUT_DEFAULT": airflow_connection(mongo_uri, db.name),
         }
         with make_kit(mongo_uri, db, migrations) as kit:
-            kit.up()  # registers both background migrations; their DAGs run them
+            kit.runs.up()  # registers both background migrations; their DAGs run them
             with AirflowStandalone(root / "airflow", root / "dags", env) as airflow:
                 yield Setup(airflow, db, kit)
         left = [" ".join(proc.cmdline()) for proc in airflow.processes()]

@@ -24,6 +24,7 @@ from migronaut_airflow.operators.background import dag_id_for
 from migronaut_core import Migronaut
 from migronaut_dev.airflow_standalone import AirflowStandalone, install_dag_file
 from migronaut_dev.endpoints import airflow_connection
+from tests.support import kit_json
 from tests.support.airflow import log_tail_on_failure
 from tests.support.background import make_kit, write_background
 
@@ -73,14 +74,14 @@ class Setup:
 
     def wait_completed(self, name: str, timeout: float) -> dict[str, Any]:
         def completed() -> dict[str, Any] | None:
-            status = dict(self.kit.background_status(name) or {})
+            status = dict(kit_json.status(self.kit, name) or {})
             assert status.get("status") not in ("failed", "cancelled"), status
             return status if status.get("status") == "completed" else None
 
         return dict(self.airflow.wait_until(completed, timeout, f"{name} did not complete"))
 
     def live_leases(self, name: str) -> int:
-        return int((self.kit.background_status(name) or {}).get("live_leases", 0))
+        return int((kit_json.status(self.kit, name) or {}).get("live_leases", 0))
 
     def start(self, name: str) -> str:
         dag_id = dag_id_for(name)
@@ -118,7 +119,7 @@ def setup(
             "AIRFLOW_CONN_MIGRONAUT_DEFAULT": airflow_connection(mongo_uri, db.name),
         }
         with make_kit(mongo_uri, db, migrations, lock_ttl_seconds=TTL_SECONDS) as kit:
-            kit.up()
+            kit.runs.up()
             # A loaded machine can take minutes to bring Airflow's processes up.
             with AirflowStandalone(
                 root / "airflow", root / "dags", env, start_timeout=420
@@ -154,7 +155,7 @@ def test_a_pool_of_two_caps_four_lanes_at_two_and_the_migration_completes(setup:
     try:
         running_peak = 0
         deadline = time.monotonic() + 420
-        while (setup.kit.background_status(POOLED_NAME) or {}).get("status") != "completed":
+        while (kit_json.status(setup.kit, POOLED_NAME) or {}).get("status") != "completed":
             assert time.monotonic() < deadline, "the pooled migration did not complete"
             lanes = [
                 ti
@@ -213,7 +214,7 @@ def test_a_lane_marked_failed_releases_its_lease_for_the_next_claim_at_once(
     released_within = time.monotonic() - marked_at
     stopped_at = setup.db.invoices.count_documents({"_v": 2})
     # One slot (max_parallel 1): this claim succeeds only because the lease was given back.
-    successor = setup.kit.run_background_slice(KILLED_NAME, slice_ms=300)
+    successor = setup.kit.background.run_slice(KILLED_NAME, slice_ms=300)
     claimed_within = time.monotonic() - marked_at
     print(
         f"\nlane {lane['map_index']} marked failed with {stopped_at} migrated; lease released "
@@ -224,7 +225,7 @@ def test_a_lane_marked_failed_releases_its_lease_for_the_next_claim_at_once(
     assert successor.counters["migrated"] > 0
     assert claimed_within < TTL_SECONDS / 3  # released by on_kill, not reaped after the TTL
     airflow.request("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": True})
-    setup.kit.run_background(KILLED_NAME)  # finish here; the DAG is paused
+    setup.kit.background.run(KILLED_NAME)  # finish here; the DAG is paused
     status = setup.wait_completed(KILLED_NAME, 60)
     assert status["totals"]["migrated"] == KILLED_DOCUMENTS
     assert setup.db.invoices.count_documents({"_v": 2, "touched": 1}) == KILLED_DOCUMENTS

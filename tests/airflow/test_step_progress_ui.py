@@ -22,9 +22,9 @@ def test_the_list_and_the_detail_show_a_step_total(
     write_background(migrations, body=COUNTED_STEPS)
     sampler = ThroughputSampler()
     with make_kit(mongo_uri, db, migrations) as kit:
-        kit.up()
-        kit.coordinate_background(SPLIT_NAME)
-        kit.run_background_slice(SPLIT_NAME, slice_ms=100)
+        kit.runs.up()
+        kit.background.coordinate(SPLIT_NAME)
+        kit.background.run_slice(SPLIT_NAME, slice_ms=100)
         (row,) = summaries(kit, [SPLIT_NAME], None, sampler)
         shown = detail(kit, SPLIT_NAME, sampler, Permissions(can_control=False, can_trigger=False))
     for reading in (row, shown):

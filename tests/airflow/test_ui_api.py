@@ -21,6 +21,7 @@ import pytest
 from pymongo.database import Database
 
 from migronaut_airflow.operators.background import dag_id_for
+from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, write_background
 from tests.support.ui import UI, Airflow, signed_in_app
 
@@ -88,9 +89,9 @@ def running(
     seed(db, 3_000)
     write_background(dags_folder, batch_size=100, max_parallel=2)
     with make_kit(mongo_uri, db, dags_folder) as kit:
-        kit.up()
-        assert kit.coordinate_background(SPLIT_NAME).next == "process"
-        kit.run_background_slice(SPLIT_NAME, slice_ms=100)
+        kit.runs.up()
+        assert kit.background.coordinate(SPLIT_NAME).next == "process"
+        kit.background.run_slice(SPLIT_NAME, slice_ms=100)
     return SPLIT_NAME
 
 
@@ -248,7 +249,7 @@ def test_an_update_pipeline_migration_shows_its_mode(
         '              "update": [{"$set": {"full": "$name"}}, {"$unset": "name"}]}\n'
     )
     with make_kit(mongo_uri, db, dags_folder) as kit:
-        kit.up()
+        kit.runs.up()
     (row,) = airflow.get("/api/migrations").json()["migrations"]
     assert (row["name"], row["mode"], row["runs_as"]) == (name, "update", "update")
     detail = airflow.get(f"/api/migrations/{name}").json()
@@ -267,11 +268,11 @@ def test_the_eta_and_average_rate_are_the_cores(
     with no start time to tell them by, both are unknown even though progress was sampled."""
     airflow.get("/api/migrations")
     with make_kit(mongo_uri, db, dags_folder) as kit:
-        kit.run_background_slice(running, slice_ms=100)
+        kit.background.run_slice(running, slice_ms=100)
         db.migronaut_background.update_one(
             {"_id": running}, {"$unset": {"started_at": "", "pass_started_at": ""}}
         )
-        core = kit.background_status(running)
+        core = kit_json.status(kit, running)
     time.sleep(1.6)  # the sampler's spacing: the next reading is a second sample
     row = airflow.get("/api/migrations").json()["migrations"][0]
     assert row["throughput"]["docs_per_second"] > 0
@@ -293,9 +294,9 @@ def test_no_document_value_leaves_the_server(
     db.users.insert_one({"_id": f"{SENTINEL}-id", "name": 7, "_v": 1})  # int: migrate() fails
     write_background(dags_folder, batch_size=50, max_parallel=2, extra='"max_document_errors": 5,')
     with make_kit(mongo_uri, db, dags_folder) as kit:
-        kit.up()
-        kit.run_background(SPLIT_NAME, concurrency=2)
-        assert kit.background_status(SPLIT_NAME)["status"] == "completed"
+        kit.runs.up()
+        kit.background.run(SPLIT_NAME, concurrency=2)
+        assert kit_json.status(kit, SPLIT_NAME)["status"] == "completed"
     assert SENTINEL in json.dumps(state_of(db, SPLIT_NAME), default=str)  # the state keeps it
 
     detail = airflow.get(f"/api/migrations/{SPLIT_NAME}")
@@ -440,8 +441,8 @@ def test_unknown_migrations_and_conflicts(
     seed(db, 200)
     write_background(dags_folder, batch_size=100, max_parallel=1)
     with make_kit(mongo_uri, db, dags_folder) as kit:
-        kit.up()
-        kit.run_background(SPLIT_NAME)
+        kit.runs.up()
+        kit.background.run(SPLIT_NAME)
     missing = airflow.get("/api/migrations/20990101000000_nothing")
     assert missing.status_code == 404
     assert missing.json()["code"] == "NOT_APPLIED"

@@ -33,6 +33,7 @@ from migronaut_airflow.operators.background import dag_id_for
 from migronaut_core import Migronaut
 from migronaut_dev.airflow_standalone import AirflowStandalone, install_dag_file
 from migronaut_dev.endpoints import airflow_connection
+from tests.support import kit_json
 from tests.support.airflow import log_tail_on_failure
 from tests.support.background import make_kit, seed_users, write_background
 from tests.support.browser import (
@@ -106,7 +107,7 @@ class Site:
     out: Path
 
     def status(self) -> dict[str, Any]:
-        return dict(self.kit.background_status(NAME))
+        return dict(kit_json.status(self.kit, NAME))
 
     def migrated(self) -> int:
         return self.db.users.count_documents({"_v": 2})
@@ -141,7 +142,7 @@ def site(
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"admin:admin,{USER}:{ROLE}",
         }
         with make_kit(mongo_uri, db, migrations) as kit:
-            kit.up()  # registers the background migration; its DAG runs it
+            kit.runs.up()  # registers the background migration; its DAG runs it
             with AirflowStandalone(home, root / "dags", env) as airflow:
                 yield Site(airflow, db, kit, password, out)
         left = [" ".join(proc.cmdline()) for proc in airflow.processes()]
@@ -256,7 +257,7 @@ def test_sign_in_watch_progress_and_pause_with_a_reason(site: Site) -> None:
 
     status = site.status()
     assert status["status"] == "paused", status
-    last = site.kit.background_history(NAME)[-1]
+    last = kit_json.history(site.kit, NAME)[-1]
     assert (last.get("by"), last.get("reason")) == (USER, REASON), last
     print(f"{settled:.0f} of {USERS} documents processed; done {elapsed()}")
 

@@ -15,7 +15,7 @@ from typing import Any, cast
 from migronaut_airflow.plugins.models import MigrationDetail, MigrationSummary, Permissions
 from migronaut_airflow.plugins.readings import detail, summaries
 from migronaut_airflow.plugins.throughput import ThroughputSampler
-from migronaut_core import BackgroundStatusView, Migronaut
+from migronaut_core import BackgroundStatusView, HistoryEntry, Migronaut, WatchStatus
 from tests.support.result_shapes import CASES
 
 STATUS = CASES["status"]
@@ -55,13 +55,13 @@ WATCH: dict[str, Any] = {
 }
 
 
-class FakeKit:
-    """The kit's reads the readings call, answering fixed views."""
+class FakeBackground:
+    """``kit.background``'s reads the readings call, answering fixed views."""
 
-    def __init__(self, *views: BackgroundStatusView) -> None:
-        self.views = {view.name: view for view in views}
+    def __init__(self, views: dict[str, BackgroundStatusView]) -> None:
+        self.views = views
 
-    def background_status_views(
+    def statuses(
         self, *, names: Collection[str], statuses: Collection[str] | None
     ) -> list[BackgroundStatusView]:
         return [
@@ -70,14 +70,26 @@ class FakeKit:
             if statuses is None or self.views[name].status in statuses
         ]
 
-    def background_status_view(self, name: str) -> BackgroundStatusView | None:
+    def status(self, name: str) -> BackgroundStatusView | None:
         return self.views.get(name)
 
-    def background_history(self, name: str) -> list[dict[str, Any]]:
-        return HISTORY
+    def history(self, name: str) -> list[HistoryEntry]:
+        return [HistoryEntry.from_document(entry) for entry in HISTORY]
 
-    def background_watch_status(self, collection: str) -> dict[str, Any] | None:
-        return WATCH if collection == "users" else None
+
+class FakeDrift:
+    """``kit.drift``'s watch status, answering a fixed row."""
+
+    def watch_status(self, collection: str) -> WatchStatus | None:
+        return WatchStatus.from_row(WATCH) if collection == "users" else None
+
+
+class FakeKit:
+    """The kit's reads the readings call, answering fixed views."""
+
+    def __init__(self, *views: BackgroundStatusView) -> None:
+        self.background = FakeBackground({view.name: view for view in views})
+        self.drift = FakeDrift()
 
 
 def readings() -> tuple[list[MigrationSummary], list[MigrationDetail]]:

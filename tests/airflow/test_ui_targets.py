@@ -48,7 +48,7 @@ def two_targets(
         write_background(folder)
         seed_users(database, 50)
         with make_kit(mongo_uri, database, folder) as kit:
-            kit.up()
+            kit.runs.up()
     monkeypatch.setenv("AIRFLOW__MIGRONAUT__TARGETS", "orders")
     monkeypatch.setenv("AIRFLOW__MIGRONAUT__MIGRATIONS_DIR", str(tmp_path / "default"))
     monkeypatch.setenv("AIRFLOW__MIGRONAUT_ORDERS__MIGRATIONS_DIR", str(tmp_path / "orders"))

@@ -17,6 +17,7 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 
 from migronaut_core import Migronaut
+from tests.support import kit_json
 from tests.support.chaos import (
     NAME,
     TTL_SECONDS,
@@ -57,8 +58,8 @@ def run_watched(
         lock_ttl_seconds=TTL_SECONDS,
     )
     try:
-        kit.up()
-        view: dict[str, Any] = kit.run_background(NAME)
+        kit.runs.up()
+        view: dict[str, Any] = kit_json.run(kit, NAME)
     finally:
         kit.close()
         client.close()

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from pymongo.database import Database
 
+from tests.support import kit_json
 from tests.support.app_writer import AppWriter
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 from tests.support.chaos import (
@@ -209,7 +210,7 @@ def test_a_lane_killed_between_its_writes_and_its_checkpoint_is_counted_exactly(
     else:
         write_background(migrations, body=SLOWISH.replace('"max_parallel": 4', '"max_parallel": 1'))
     with make_kit(mongo_uri, db, migrations, lock_ttl_seconds=TTL_SECONDS) as kit:
-        kit.up()
+        kit.runs.up()
     command = [
         sys.executable,
         "-m",
@@ -238,7 +239,7 @@ def test_a_lane_killed_between_its_writes_and_its_checkpoint_is_counted_exactly(
     finished = subprocess.run(command, stdout=subprocess.DEVNULL, check=False, timeout=120)
     assert finished.returncode == 0
     with make_kit(mongo_uri, db, migrations) as kit:
-        view = kit.background_status(SPLIT_NAME)
+        view = kit_json.status(kit, SPLIT_NAME)
     assert view["status"] == "completed"
     assert db.users.count_documents({"_v": 2}) == total
     assert view["totals"]["migrated"] == total

@@ -23,6 +23,7 @@ from pymongo.database import Database
 
 from migronaut_core import Migronaut
 from migronaut_core.errors import ConfigInvalidError
+from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, wait_until, write_background
 
 DOCUMENTS = 2_000
@@ -48,7 +49,7 @@ def test_a_frozen_driver_is_taken_over_after_the_stall_time_and_nothing_counts_t
     db.users.create_index([("_v", 1), ("_id", 1)])
     # 2 ms a document: one lane needs about 4 s, so the freeze lands mid-migration.
     write_background(migrations, batch_size=50, max_parallel=2, per_document_seconds=0.002)
-    kit.up()
+    kit.runs.up()
     driver = subprocess.Popen(
         [
             sys.executable,
@@ -69,10 +70,10 @@ def test_a_frozen_driver_is_taken_over_after_the_stall_time_and_nothing_counts_t
         os.kill(driver.pid, signal.SIGSTOP)
         frozen_at = time.monotonic()
         migrated_at_freeze = db.users.count_documents({"_v": 2})
-        assert kit.stalled_background(stall_seconds=STALL_SECONDS) == []  # its lease is live
+        assert kit.background.stalled(stall_seconds=STALL_SECONDS) == []  # its lease is live
 
         wait_until(
-            lambda: kit.stalled_background(stall_seconds=STALL_SECONDS), 60, "the stall to show"
+            lambda: kit.background.stalled(stall_seconds=STALL_SECONDS), 60, "the stall to show"
         )
         stalled_after = time.monotonic() - frozen_at
         print(f"\nfrozen with {migrated_at_freeze} migrated; stalled after {stalled_after:.1f} s")
@@ -84,16 +85,16 @@ def test_a_frozen_driver_is_taken_over_after_the_stall_time_and_nothing_counts_t
         assert state is not None and state["status"] == "running"
 
         # The takeover: another driver coordinates and works what the frozen one held.
-        status = kit.run_background(SPLIT_NAME, concurrency=2)
+        status = kit_json.run(kit, SPLIT_NAME, concurrency=2)
         assert status["status"] == "completed"
-        assert kit.stalled_background(stall_seconds=STALL_SECONDS) == []
+        assert kit.background.stalled(stall_seconds=STALL_SECONDS) == []
     finally:
         os.kill(driver.pid, signal.SIGCONT)
     out, _ = driver.communicate(timeout=60)
     # Thawed, the old driver finds its lease gone and the migration completed.
     assert driver.returncode == 0, out
     assert json.loads(out.strip().splitlines()[-1])["status"] == "completed"
-    final = kit.background_status(SPLIT_NAME)
+    final = kit_json.status(kit, SPLIT_NAME)
     assert final is not None
     assert final["totals"]["migrated"] == DOCUMENTS
     assert db.users.count_documents({"_v": 2, "first": {"$exists": True}}) == DOCUMENTS
@@ -101,5 +102,5 @@ def test_a_frozen_driver_is_taken_over_after_the_stall_time_and_nothing_counts_t
 
 def test_a_stall_time_below_one_second_is_refused(kit: Migronaut) -> None:
     with pytest.raises(ConfigInvalidError) as refused:
-        kit.stalled_background(stall_seconds=0.5)
+        kit.background.stalled(stall_seconds=0.5)
     assert refused.value.context == {"key": "stall_seconds"}

@@ -36,7 +36,7 @@ def up(ctx):
 def kit(mongo_uri: str, db: Db, migrations: Path) -> Migronaut:
     write_migration(migrations, FIRST)
     with make_kit(mongo_uri, db, migrations) as kit:
-        kit.up()
+        kit.runs.up()
         return kit
 
 
@@ -45,39 +45,39 @@ def kinds(findings: list[Finding]) -> list[tuple[str, str | None, str]]:
 
 
 def test_a_healthy_setup_has_no_findings(kit: Migronaut) -> None:
-    assert kit.audit() == []
+    assert kit.runs.audit() == []
 
 
 def test_the_run_lock_held_then_left_by_a_killed_run(kit: Migronaut, db: Db) -> None:
-    lock = kit.runner.run_lock(Actor(requested_by="deployer"))
+    lock = kit._runner.run_lock(Actor(requested_by="deployer"))
     assert lock.try_acquire()
-    [held] = kit.audit()
+    [held] = kit.runs.audit()
     assert (held.kind, held.severity) == ("lock_held", "warning")
     assert "deployer" in held.message
     # Its holder dies: it stops renewing, the lock expires unreleased.
     db.migronaut_lock.update_one(
         {"_id": lock.name}, {"$set": {"expires_at": datetime.now(UTC) - timedelta(minutes=5)}}
     )
-    [stale] = kit.audit()
+    [stale] = kit.runs.audit()
     assert (stale.kind, stale.severity) == ("lock_stale", "warning")
     assert "killed" in stale.message
     # Released cleanly: nothing to say.
     assert lock.try_acquire() and lock.release()
-    assert kit.audit() == []
+    assert kit.runs.audit() == []
 
 
 def test_each_migration_finding_in_its_situation(kit: Migronaut, db: Db, migrations: Path) -> None:
     write_migration(migrations, SECOND)
-    assert kinds(kit.audit()) == [("pending", SECOND, "warning")]
+    assert kinds(kit.runs.audit()) == [("pending", SECOND, "warning")]
 
     (migrations / f"{SECOND}.py").write_text("import no_such_module_anywhere\n")
-    [broken] = kit.audit()
+    [broken] = kit.runs.audit()
     assert (broken.kind, broken.migration, broken.severity) == ("file_invalid", SECOND, "error")
 
     write_migration(migrations, SECOND, FAILING)
     with pytest.raises(MigrationFailedError):
-        kit.up()
-    [failed] = kit.audit()
+        kit.runs.up()
+    [failed] = kit.runs.audit()
     assert (failed.kind, failed.migration, failed.severity) == ("failed", SECOND, "error")
     assert "MIGRATION_FAILED" in failed.message and "boom" not in failed.message
     (migrations / f"{SECOND}.py").unlink()
@@ -85,9 +85,9 @@ def test_each_migration_finding_in_its_situation(kit: Migronaut, db: Db, migrati
 
     first = migrations / f"{FIRST}.py"
     first.write_text(first.read_text() + "\n# edited after it was applied\n")
-    assert kinds(kit.audit()) == [("checksum_mismatch", FIRST, "error")]
+    assert kinds(kit.runs.audit()) == [("checksum_mismatch", FIRST, "error")]
     first.unlink()
-    assert kinds(kit.audit()) == [("file_missing", FIRST, "warning")]
+    assert kinds(kit.runs.audit()) == [("file_missing", FIRST, "warning")]
 
 
 def test_unreadable_records_and_definitions_are_errors(
@@ -99,7 +99,7 @@ def test_unreadable_records_and_definitions_are_errors(
             {"_id": "not a name", "status": "applied", "applied_at": datetime.now(UTC)},
         ]
     )
-    findings = kit.audit()
+    findings = kit.runs.audit()
     assert kinds(findings) == [
         ("record_invalid", "20230103000000_half", "error"),
         ("record_invalid", "not a name", "error"),
@@ -107,7 +107,7 @@ def test_unreadable_records_and_definitions_are_errors(
     assert "applied_at" in findings[0].message
     db.migronaut_changelog.delete_many({"_id": {"$ne": FIRST}})
     with make_kit(mongo_uri, db, migrations, collections_dir="missing") as broken:
-        assert kinds(broken.audit()) == [("definitions_invalid", None, "error")]
+        assert kinds(broken.runs.audit()) == [("definitions_invalid", None, "error")]
 
 
 def test_background_findings_are_folded_in_each_fact_once(
@@ -116,21 +116,21 @@ def test_background_findings_are_folded_in_each_fact_once(
     write_background(migrations)
     seed_users(db, 20)
     with make_kit(mongo_uri, db, migrations) as kit:
-        kit.up()
-        kit.run_background(SPLIT_NAME)
+        kit.runs.up()
+        kit.background.run(SPLIT_NAME)
         # No version index: the background audit's finding, in the general audit.
-        assert kinds(kit.audit()) == [("missing_version_index", SPLIT_NAME, "warning")]
+        assert kinds(kit.runs.audit()) == [("missing_version_index", SPLIT_NAME, "warning")]
         db.users.create_index([("_v", 1), ("_id", 1)])
-        assert kit.audit() == []
+        assert kit.runs.audit() == []
         # Its file changed: `up` refuses (an error), said once.
         path = migrations / f"{SPLIT_NAME}.py"
         path.write_text(path.read_text() + "\n# edited\n")
-        [changed] = kit.audit()
+        [changed] = kit.runs.audit()
         assert (changed.kind, changed.severity) == ("checksum_mismatch", "error")
         assert "repin" in changed.message
         # Its file is gone: the lanes need it (an error), said once.
         path.unlink()
-        assert kinds(kit.audit()) == [("file_missing", SPLIT_NAME, "error")]
+        assert kinds(kit.runs.audit()) == [("file_missing", SPLIT_NAME, "error")]
 
 
 def test_cli_audit_exits_non_zero_on_an_error_only(

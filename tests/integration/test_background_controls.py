@@ -20,6 +20,7 @@ from migronaut_core import (
     IrreversibleMigrationError,
     Migronaut,
 )
+from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 from tests.support.runner import write_migration
 
@@ -77,10 +78,12 @@ def test_pause_from_another_process_stops_lanes_within_a_batch_then_resume_finis
 ) -> None:
     seed_users(db, 4_000)
     write_background(migrations, body=SLOW_SPLIT)
-    kit.up()
+    kit.runs.up()
     lanes = lane_process(mongo_uri, db.name, migrations)
     wait_for(lambda: db.users.count_documents({"_v": 2}) >= 200)
-    result = kit.pause_background(SPLIT_NAME, requested_by="ana", reason="peak hours", wait=True)
+    result = kit.background.control(
+        SPLIT_NAME, "pause", requested_by="ana", reason="peak hours", wait=True
+    )
     assert result.status == "paused"
     assert result.stopped is True
     at_pause = db.users.count_documents({"_v": 2})
@@ -93,16 +96,17 @@ def test_pause_from_another_process_stops_lanes_within_a_batch_then_resume_finis
     time.sleep(0.5)
     assert db.users.count_documents({"_v": 2}) - at_pause <= 2 * 50
     # The lanes read a batch ahead, but a stopped lane leaves no intent it did not write.
-    partitions = kit.runtime.store.partitions.collection
+    partitions = kit._runtime.store.partitions.collection
     assert partitions.count_documents({"migration": SPLIT_NAME, "inflight": {"$exists": True}}) == 0
 
     assert (
-        kit.resume_background(SPLIT_NAME, requested_by="bo", reason="quiet now").status == "running"
+        kit.background.control(SPLIT_NAME, "resume", requested_by="bo", reason="quiet now").status
+        == "running"
     )
-    view = kit.run_background(SPLIT_NAME, concurrency=2)
+    view = kit_json.run(kit, SPLIT_NAME, concurrency=2)
     assert view["status"] == "completed"
     assert view["totals"]["migrated"] == 4_000
-    history = kit.background_history(SPLIT_NAME)
+    history = kit_json.history(kit, SPLIT_NAME)
     pause = next(entry for entry in history if entry["action"] == "pause")
     assert (pause["by"], pause["reason"], pause["from"], pause["to"]) == (
         "ana",
@@ -119,17 +123,20 @@ def test_cancel_then_retry_finishes(
 ) -> None:
     seed_users(db, 3_000)
     write_background(migrations, body=SLOW_SPLIT)
-    kit.up()
+    kit.runs.up()
     lanes = lane_process(mongo_uri, db.name, migrations)
     wait_for(lambda: db.users.count_documents({"_v": 2}) >= 100)
-    assert kit.cancel_background(SPLIT_NAME, reason="wrong time", wait=True).status == "cancelled"
+    assert (
+        kit.background.control(SPLIT_NAME, "cancel", reason="wrong time", wait=True).status
+        == "cancelled"
+    )
     lanes.communicate(timeout=60)
-    assert kit.background_status(SPLIT_NAME)["partitions"].get("cancelled", 0) >= 1
+    assert kit_json.status(kit, SPLIT_NAME)["partitions"].get("cancelled", 0) >= 1
     with pytest.raises(BackgroundConflictError):
-        kit.pause_background(SPLIT_NAME)
-    assert kit.cancel_background(SPLIT_NAME).applied == "unchanged"
-    assert kit.retry_background(SPLIT_NAME, reason="go again").status == "pending"
-    view = kit.run_background(SPLIT_NAME, concurrency=2)
+        kit.background.control(SPLIT_NAME, "pause")
+    assert kit.background.control(SPLIT_NAME, "cancel").applied == "unchanged"
+    assert kit.background.control(SPLIT_NAME, "retry", reason="go again").status == "pending"
+    view = kit_json.run(kit, SPLIT_NAME, concurrency=2)
     assert view["status"] == "completed"
     assert view["totals"]["migrated"] == 3_000
     assert db.users.count_documents({"_v": 2}) == 3_000
@@ -140,15 +147,15 @@ def test_retry_of_a_completed_migration_reopens_it_over_what_reappeared(
 ) -> None:
     seed_users(db, 500)
     write_background(migrations)
-    kit.up()
-    assert kit.run_background(SPLIT_NAME)["status"] == "completed"
+    kit.runs.up()
+    assert kit_json.run(kit, SPLIT_NAME)["status"] == "completed"
     seed_users(db, 40, start=10_000)  # an old release still writing the old shape
-    assert kit.retry_background(SPLIT_NAME, reason="drift").status == "pending"
-    view = kit.run_background(SPLIT_NAME)
+    assert kit.background.control(SPLIT_NAME, "retry", reason="drift").status == "pending"
+    view = kit_json.run(kit, SPLIT_NAME)
     assert view["status"] == "completed"
     assert view["totals"]["migrated"] == 540
     assert db.users.count_documents({"_v": 1}) == 0
-    assert any(entry["action"] == "reopen" for entry in kit.background_history(SPLIT_NAME))
+    assert any(entry["action"] == "reopen" for entry in kit_json.history(kit, SPLIT_NAME))
 
 
 def test_retry_from_start_after_a_failure(
@@ -166,15 +173,17 @@ def test_retry_from_start_after_a_failure(
             return [doc] if raise_all else doc
         """,
     )
-    kit.up()
+    kit.runs.up()
     with pytest.raises(Exception, match="failed"):
-        kit.run_background(SPLIT_NAME)
-    assert kit.background_status(SPLIT_NAME)["status"] == "failed"
+        kit.background.run(SPLIT_NAME)
+    assert kit_json.status(kit, SPLIT_NAME)["status"] == "failed"
     path.write_text(path.read_text().replace("raise_all = True", "raise_all = False"))
     with pytest.raises(ConfigInvalidError):
-        kit.retry_background(SPLIT_NAME, from_start=True, reason="fixed", requested_by="x" * 200)
-    kit.retry_background(SPLIT_NAME, from_start=True, repin=True, reason="fixed")
-    view = kit.run_background(SPLIT_NAME)
+        kit.background.control(
+            SPLIT_NAME, "retry_from_start", reason="fixed", requested_by="x" * 200
+        )
+    kit.background.control(SPLIT_NAME, "retry_from_start", repin=True, reason="fixed")
+    view = kit_json.run(kit, SPLIT_NAME)
     assert view["status"] == "completed"
     assert db.users.count_documents({"_v": 2}) == 200
 
@@ -210,21 +219,21 @@ def test_requires_blocks_until_done_and_guards_regular_migrations(
         """,
     )
     with pytest.raises(BackgroundPendingError) as raised:
-        kit.up()
+        kit.runs.up()
     assert raised.value.context["waits_for"] == [{"migration": b, "status": "blocked"}]
-    assert kit.background_status(b)["status"] == "blocked"
-    assert kit.background_status(b)["waits_for"] == [a]
+    assert kit_json.status(kit, b)["status"] == "blocked"
+    assert kit_json.status(kit, b)["waits_for"] == [a]
     assert db.legacy.count_documents({}) == 0
 
-    stopped = kit.up(on_background_pending="stop")
+    stopped = kit.runs.up(on_background_pending="stop")
     assert stopped.stopped_at == c
 
-    assert kit.run_background(b)["status"] == "blocked"
-    assert kit.run_background(a)["status"] == "completed"
-    assert kit.background_status(b)["status"] == "pending"
-    assert any(entry["action"] == "unblock" for entry in kit.background_history(b))
-    assert kit.run_background(b)["status"] == "completed"
-    assert [m.name for m in kit.up().migrations] == [c]
+    assert kit_json.run(kit, b)["status"] == "blocked"
+    assert kit_json.run(kit, a)["status"] == "completed"
+    assert kit_json.status(kit, b)["status"] == "pending"
+    assert any(entry["action"] == "unblock" for entry in kit_json.history(kit, b))
+    assert kit_json.run(kit, b)["status"] == "completed"
+    assert [m.name for m in kit.runs.up().migrations] == [c]
     assert db.legacy.count_documents({}) == 1
 
 
@@ -250,9 +259,9 @@ def test_up_and_down_announce_registrations_and_waits_as_the_seeds_do(
     write_migration(migrations, c, f'requires = ["{b}"]\n\ndef up(ctx):\n    pass\n')
     heard: list[tuple[str, dict[str, Any]]] = []
     for event in ("background:registered", "background:waiting"):
-        kit.on(event, lambda name, payload: heard.append((name, payload)))
+        kit.background.on(event, lambda name, payload: heard.append((name, payload)))
 
-    assert kit.up(on_background_pending="stop").stopped_at == c
+    assert kit.runs.up(on_background_pending="stop").stopped_at == c
     assert heard == [
         (
             "background:registered",
@@ -280,8 +289,8 @@ def test_up_and_down_announce_registrations_and_waits_as_the_seeds_do(
         ),
     ]
     heard.clear()
-    kit.down()  # b has no revert and rewrote nothing: withdrawn
-    kit.down()  # a has one: the way back is registered
+    kit.runs.down()  # b has no revert and rewrote nothing: withdrawn
+    kit.runs.down()  # a has one: the way back is registered
     assert heard == [
         ("background:registered", {"migration": b, "status": "withdrawn", "waits_for": []}),
         (
@@ -303,8 +312,8 @@ def test_inline_mode_drives_background_migrations_inside_up(
     seed_users(db, 1_000)
     write_background(migrations)
     with make_kit(mongo_uri, db, migrations, background_inline=True) as kit:
-        kit.up()
-        assert kit.background_status(SPLIT_NAME)["status"] == "completed"
+        kit.runs.up()
+        assert kit_json.status(kit, SPLIT_NAME)["status"] == "completed"
     assert db.users.count_documents({"_v": 2}) == 1_000
 
 
@@ -313,11 +322,11 @@ def test_down_reverts_a_reversible_one_and_refuses_an_irreversible_one(
 ) -> None:
     seed_users(db, 300)
     write_background(migrations)
-    kit.up()
-    kit.run_background(SPLIT_NAME)
-    kit.down()
-    assert kit.background_status(SPLIT_NAME)["direction"] == "revert"
-    assert kit.run_background(SPLIT_NAME)["status"] == "completed"
+    kit.runs.up()
+    kit.background.run(SPLIT_NAME)
+    kit.runs.down()
+    assert kit_json.status(kit, SPLIT_NAME)["direction"] == "revert"
+    assert kit_json.run(kit, SPLIT_NAME)["status"] == "completed"
     assert db.users.count_documents({"_v": 1, "name": {"$exists": True}}) == 300
 
     one_way = "20240105000000_one_way"
@@ -331,14 +340,14 @@ def test_down_reverts_a_reversible_one_and_refuses_an_irreversible_one(
             return doc
         """,
     )
-    kit.up()
-    kit.down()  # nothing rewritten yet: withdrawn
-    assert kit.background_status(one_way) is None
-    kit.up()
-    kit.run_background(one_way)
+    kit.runs.up()
+    kit.runs.down()  # nothing rewritten yet: withdrawn
+    assert kit_json.status(kit, one_way) is None
+    kit.runs.up()
+    kit.background.run(one_way)
     with pytest.raises(IrreversibleMigrationError):
-        kit.down()
-    assert kit.background_status(one_way)["status"] == "completed"
+        kit.runs.down()
+    assert kit_json.status(kit, one_way)["status"] == "completed"
 
 
 @pytest.mark.parametrize(
@@ -363,7 +372,7 @@ def test_invalid_specs_are_refused_before_anything_is_registered(
         migrations, body=f"background = {spec}\n\ndef migrate(doc, ctx):\n    return doc\n"
     )
     with pytest.raises(ConfigInvalidError) as raised:
-        kit.up()
+        kit.runs.up()
     assert raised.value.context["key"] == key
     assert key in raised.value.message
     assert db.migronaut_background.count_documents({}) == 0
@@ -375,6 +384,6 @@ def test_a_missing_transform_is_refused(
 ) -> None:
     write_background(migrations, body='background = {"collection": "users", "from": 1, "to": 2}\n')
     with pytest.raises(ConfigInvalidError) as raised:
-        kit.up()
+        kit.runs.up()
     assert raised.value.context["key"] == "migrate"
     assert db.migronaut_background.count_documents({}) == 0

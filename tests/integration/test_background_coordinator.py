@@ -16,6 +16,7 @@ from migronaut_core import Migronaut, RunAbortedError
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.coordinator import Driver
 from migronaut_core.lock import MongoLock
+from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 
 
@@ -30,21 +31,21 @@ def test_an_edited_file_makes_the_coordinator_wait_until_repinned(
 ) -> None:
     seed_users(db, 400)
     path = write_background(migrations)
-    kit.up()
+    kit.runs.up()
     path.write_text(path.read_text().replace('"batch_size": 500', '"batch_size": 100'))
-    answer = kit.coordinate_background(SPLIT_NAME)
+    answer = kit.background.coordinate(SPLIT_NAME)
     assert (answer.next, answer.reason) == ("wait", "checksum")
-    assert kit.run_background_slice(SPLIT_NAME).outcome == "stale"  # no plan yet
+    assert kit.background.run_slice(SPLIT_NAME).outcome == "stale"  # no plan yet
 
-    result = kit.repin_background(SPLIT_NAME, requested_by="ops", reason="deploy done")
+    result = kit.background.control(SPLIT_NAME, "repin", requested_by="ops", reason="deploy done")
     assert result.applied == "changed"
     record = db.migronaut_changelog.find_one({"_id": SPLIT_NAME})
     state = db.migronaut_background.find_one({"_id": SPLIT_NAME})
     assert record is not None and state is not None
     assert record["checksum"] == state["checksum"]
     assert state["spec"]["batch_size"] == 100
-    assert kit.run_background(SPLIT_NAME)["status"] == "completed"
-    assert kit.status()[0].checksum_ok is True
+    assert kit_json.run(kit, SPLIT_NAME)["status"] == "completed"
+    assert kit.runs.status()[0].checksum_ok is True
 
 
 def test_repin_of_a_changed_match_replans(
@@ -53,14 +54,14 @@ def test_repin_of_a_changed_match_replans(
     seed_users(db, 3_000)
     db.users.update_many({"n": {"$gte": 2_000}}, {"$set": {"tier": "gold"}})
     path = write_background(migrations, batch_size=100, max_parallel=2)
-    kit.up()
-    assert kit.coordinate_background(SPLIT_NAME).next == "process"
+    kit.runs.up()
+    assert kit.background.coordinate(SPLIT_NAME).next == "process"
     first_plan = db.migronaut_background.find_one({"_id": SPLIT_NAME})["plan"]
     path.write_text(
         path.read_text().replace('"from": 1,', '"from": 1, "filter": {"tier": "gold"},')
     )
-    assert kit.repin_background(SPLIT_NAME).replan is True
-    view = kit.run_background(SPLIT_NAME, concurrency=2)
+    assert kit.background.control(SPLIT_NAME, "repin").replan is True
+    view = kit_json.run(kit, SPLIT_NAME, concurrency=2)
     assert view["status"] == "completed"
     assert (
         db.migronaut_background.find_one({"_id": SPLIT_NAME})["plan"]["token"]
@@ -75,9 +76,9 @@ def test_a_state_of_a_newer_release_is_left_alone(
 ) -> None:
     seed_users(db, 10)
     write_background(migrations)
-    kit.up()
+    kit.runs.up()
     db.migronaut_background.update_one({"_id": SPLIT_NAME}, {"$set": {"schema": 99}})
-    answer = kit.coordinate_background(SPLIT_NAME)
+    answer = kit.background.coordinate(SPLIT_NAME)
     assert (answer.next, answer.reason) == ("wait", "newer-schema")
     assert db.users.count_documents({"_v": 2}) == 0
 
@@ -87,10 +88,10 @@ def test_a_lane_leaves_a_plan_of_a_newer_release_alone(
 ) -> None:
     seed_users(db, 10)
     write_background(migrations)
-    kit.up()
-    assert kit.coordinate_background(SPLIT_NAME).next == "process"
+    kit.runs.up()
+    assert kit.background.coordinate(SPLIT_NAME).next == "process"
     db.migronaut_background.update_one({"_id": SPLIT_NAME}, {"$set": {"schema": 99}})
-    assert kit.run_background_slice(SPLIT_NAME).outcome == "stale"
+    assert kit.background.run_slice(SPLIT_NAME).outcome == "stale"
     assert db.users.count_documents({"_v": 2}) == 0
     assert db.migronaut_background_partitions.count_documents({"lease": {"$exists": True}}) == 0
 
@@ -100,16 +101,16 @@ def test_rounds_supersede_older_drivers(
 ) -> None:
     seed_users(db, 100)
     write_background(migrations)
-    kit.up()
-    first = kit.coordinate_background(SPLIT_NAME, driver=Driver("airflow", "run-1", rounds=True))
+    kit.runs.up()
+    first = kit.background.coordinate(SPLIT_NAME, driver=Driver("airflow", "run-1", rounds=True))
     assert first.round == 1
-    second = kit.coordinate_background(SPLIT_NAME, driver=Driver("airflow", "run-2", rounds=True))
+    second = kit.background.coordinate(SPLIT_NAME, driver=Driver("airflow", "run-2", rounds=True))
     assert second.round == 2
-    stale = kit.coordinate_background(
+    stale = kit.background.coordinate(
         SPLIT_NAME, driver=Driver("airflow", "run-1", round=1, rounds=True)
     )
     assert stale.next == "superseded"
-    current = kit.coordinate_background(
+    current = kit.background.coordinate(
         SPLIT_NAME, driver=Driver("airflow", "run-2", round=2, rounds=True)
     )
     assert current.next == "process" and current.round == 2
@@ -123,15 +124,15 @@ def test_a_held_coordinator_lock_answers_busy(
 ) -> None:
     seed_users(db, 10)
     write_background(migrations)
-    kit.up()
+    kit.runs.up()
     other = MongoLock(db.migronaut_lock, f"background:{SPLIT_NAME}", 30)
     other.acquire()
     try:
-        answer = kit.coordinate_background(SPLIT_NAME)
+        answer = kit.background.coordinate(SPLIT_NAME)
         assert answer.next == "busy" and answer.retry_after_ms > 0
     finally:
         other.release()
-    assert kit.coordinate_background(SPLIT_NAME).next == "process"
+    assert kit.background.coordinate(SPLIT_NAME).next == "process"
 
 
 def test_unlock_fences_a_live_lane(
@@ -150,23 +151,23 @@ def test_unlock_fences_a_live_lane(
             return {**doc, "done": True}
         """,
     )
-    kit.up()
-    kit.coordinate_background(SPLIT_NAME)
+    kit.runs.up()
+    kit.background.coordinate(SPLIT_NAME)
     results: list[str] = []
     lane = threading.Thread(
-        target=lambda: results.append(kit.run_background_slice(SPLIT_NAME, slice_ms=30_000).outcome)
+        target=lambda: results.append(kit.background.run_slice(SPLIT_NAME, slice_ms=30_000).outcome)
     )
     lane.start()
     while db.users.count_documents({"_v": 2}) < 100:
         pass
-    outcome = kit.unlock_background(SPLIT_NAME, requested_by="ops", reason="stuck")
+    outcome = kit_json.unlock(kit, SPLIT_NAME, requested_by="ops", reason="stuck")
     lane.join(timeout=30)
     assert outcome["leases"] == 1
     assert results == ["lost"]
-    history = kit.background_history(SPLIT_NAME)
+    history = kit_json.history(kit, SPLIT_NAME)
     assert history[-1]["action"] == "unlock" and history[-1]["requested_by"] == "ops"
-    assert kit.run_background(SPLIT_NAME)["status"] == "completed"
-    assert kit.background_status(SPLIT_NAME)["totals"]["migrated"] == 2_000
+    assert kit_json.run(kit, SPLIT_NAME)["status"] == "completed"
+    assert kit_json.status(kit, SPLIT_NAME)["totals"]["migrated"] == 2_000
 
 
 def test_a_cancel_token_stops_the_driver_and_the_next_run_resumes(
@@ -174,14 +175,14 @@ def test_a_cancel_token_stops_the_driver_and_the_next_run_resumes(
 ) -> None:
     seed_users(db, 3_000)
     write_background(migrations, batch_size=50, max_parallel=2)
-    kit.up()
+    kit.runs.up()
     token = CancelToken()
-    kit.on("background:batch", lambda event, payload: token.cancel("test"))
+    kit.background.on("background:batch", lambda event, payload: token.cancel("test"))
     with pytest.raises(RunAbortedError):
-        kit.run_background(SPLIT_NAME, concurrency=2, cancel=token)
+        kit.background.run(SPLIT_NAME, concurrency=2, cancel=token)
     assert 0 < db.users.count_documents({"_v": 2}) < 3_000
-    assert kit.background_status(SPLIT_NAME)["live_leases"] == 0
-    view = kit.run_background(SPLIT_NAME, concurrency=2, cancel=CancelToken())
+    assert kit_json.status(kit, SPLIT_NAME)["live_leases"] == 0
+    view = kit_json.run(kit, SPLIT_NAME, concurrency=2, cancel=CancelToken())
     assert view["status"] == "completed"
     assert view["totals"]["migrated"] == 3_000
 
@@ -191,9 +192,9 @@ def test_a_missing_version_index_is_warned_once(
 ) -> None:
     seed_users(db, 1_000)
     write_background(migrations, batch_size=100)
-    kit.up()
+    kit.runs.up()
     with caplog.at_level(logging.WARNING):
-        kit.run_background(SPLIT_NAME, concurrency=2)
+        kit.background.run(SPLIT_NAME, concurrency=2)
     warnings = [record for record in caplog.records if "index" in record.getMessage()]
     assert len(warnings) == 1
     assert "First" not in caplog.text
@@ -202,9 +203,9 @@ def test_a_missing_version_index_is_warned_once(
 def test_status_view_shape(kit: Migronaut, db: Database[dict[str, Any]], migrations: Path) -> None:
     seed_users(db, 2_500)
     write_background(migrations, batch_size=100, max_parallel=2)
-    kit.up()
-    kit.run_background(SPLIT_NAME, concurrency=2, slice_ms=100, until_done=False)
-    view = kit.background_status(SPLIT_NAME)
+    kit.runs.up()
+    kit.background.run(SPLIT_NAME, concurrency=2, slice_ms=100, until_done=False)
+    view = kit_json.status(kit, SPLIT_NAME)
     for key in (
         "status",
         "phase",
@@ -225,7 +226,7 @@ def test_status_view_shape(kit: Migronaut, db: Database[dict[str, Any]], migrati
         assert key in view
     assert view["progress"]["estimate"] == 2_500
     assert "token" not in repr(view)
-    partitions = kit.background_partitions(SPLIT_NAME)
+    partitions = kit_json.partitions(kit, SPLIT_NAME)
     assert partitions and all("token" not in repr(p) for p in partitions)
     assert sum(p["counters"].get("migrated", 0) for p in partitions) == view["progress"]["done"]
 
@@ -240,9 +241,9 @@ def test_a_large_pass_is_planned_from_an_estimate(
     write_background(
         migrations, batch_size=500, max_parallel=4, extra='"partitions": {"estimate_above": 5000},'
     )
-    kit.up()
-    assert kit.coordinate_background(SPLIT_NAME).next == "process"
-    view = kit.background_status(SPLIT_NAME)
+    kit.runs.up()
+    assert kit.background.coordinate(SPLIT_NAME).next == "process"
+    view = kit_json.status(kit, SPLIT_NAME)
     # Every document matches, so the sampled share is 1 and the estimate the size.
     assert view["progress"] == {
         "estimate": 40_000,
@@ -252,7 +253,7 @@ def test_a_large_pass_is_planned_from_an_estimate(
         "percent": 0.0,
         "source": "plan",
     }
-    assert len(kit.background_partitions(SPLIT_NAME)) > 4
+    assert len(kit_json.partitions(kit, SPLIT_NAME)) > 4
 
 
 def test_a_coordinator_step_cut_off_by_the_network_is_retried(
@@ -269,7 +270,7 @@ def test_a_coordinator_step_cut_off_by_the_network_is_retried(
     app = f"drive-retry-{db.name}"
     client: MongoClient[dict[str, Any]] = MongoClient(mongo_uri, appname=app, tz_aware=True)
     with make_kit(mongo_uri, db, migrations, client=client) as kit:
-        kit.up()
+        kit.runs.up()
         # Each step's lock write fails twice (pymongo retries it once): two steps fail.
         mongo_client.admin.command(
             "configureFailPoint",
@@ -279,7 +280,7 @@ def test_a_coordinator_step_cut_off_by_the_network_is_retried(
         )
         try:
             with caplog.at_level(logging.WARNING, logger="migronaut_core.background"):
-                view = kit.run_background(SPLIT_NAME)
+                view = kit_json.run(kit, SPLIT_NAME)
         finally:
             mongo_client.admin.command("configureFailPoint", "failCommand", mode="off")
     client.close()

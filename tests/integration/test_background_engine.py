@@ -19,6 +19,7 @@ from pymongo.database import Database
 
 from migronaut_core import BackgroundFailedError, Migronaut, RunAbortedError
 from migronaut_core.background.cancel import CancelToken
+from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 from tests.support.servers import fail_point
 
@@ -43,9 +44,9 @@ def test_twenty_thousand_documents_with_four_lanes(
     seed_users(db, 20_000)
     db.users.create_index([("_v", 1), ("_id", 1)])
     write_background(migrations, max_parallel=4)
-    result = kit.up()
+    result = kit.runs.up()
     assert [(m.name, m.status) for m in result.migrations] == [(SPLIT_NAME, "registered")]
-    assert kit.background_status(SPLIT_NAME)["status"] == "pending"
+    assert kit_json.status(kit, SPLIT_NAME)["status"] == "pending"
 
     leases: list[int] = []
     stop = threading.Event()
@@ -60,7 +61,7 @@ def test_twenty_thousand_documents_with_four_lanes(
     sampler = threading.Thread(target=sample_leases)
     sampler.start()
     try:
-        view = kit.run_background(SPLIT_NAME, concurrency=4)
+        view = kit_json.run(kit, SPLIT_NAME, concurrency=4)
     finally:
         stop.set()
         sampler.join()
@@ -69,7 +70,7 @@ def test_twenty_thousand_documents_with_four_lanes(
     assert max(leases) <= 4
     assert max(leases) >= 2, "the lanes never overlapped"
     assert_all_split(db, 20_000)
-    rows = {row.name: row for row in kit.status()}
+    rows = {row.name: row for row in kit.runs.status()}
     assert rows[SPLIT_NAME].kind == "background"
 
 
@@ -111,17 +112,17 @@ def test_application_writes_during_the_run_are_never_lost(
                 writes += 1
 
     with make_kit(mongo_uri, db, migrations) as kit:
-        kit.up()
+        kit.runs.up()
         writer = threading.Thread(target=application)
         writer.start()
         try:
-            view = kit.run_background(SPLIT_NAME, concurrency=3)
+            view = kit_json.run(kit, SPLIT_NAME, concurrency=3)
         finally:
             stop.set()
             writer.join()
         # Whatever the application wrote after the last pass is old-shape again only if it
         # wrote `name`; a final run settles those.
-        view = kit.run_background(SPLIT_NAME, concurrency=1)
+        view = kit_json.run(kit, SPLIT_NAME, concurrency=1)
     assert crashed == []
     assert view["status"] == "completed"
     assert db.users.count_documents({"_v": 2}) == count
@@ -139,7 +140,7 @@ def test_old_shape_documents_written_during_the_run_are_taken_by_a_later_pass(
 ) -> None:
     seed_users(db, 3_000)
     write_background(migrations, batch_size=100, max_parallel=2)
-    kit.up()
+    kit.runs.up()
     inserted = threading.Event()
 
     def late_writer(event: str, payload: dict[str, Any]) -> None:
@@ -147,8 +148,8 @@ def test_old_shape_documents_written_during_the_run_are_taken_by_a_later_pass(
             inserted.set()
             seed_users(db, 500, start=-1_000)  # below every cursor: missed this pass
 
-    kit.on("background:batch", late_writer)
-    view = kit.run_background(SPLIT_NAME, concurrency=2)
+    kit.background.on("background:batch", late_writer)
+    view = kit_json.run(kit, SPLIT_NAME, concurrency=2)
     assert inserted.is_set()
     assert view["status"] == "completed"
     assert view["pass"] >= 2
@@ -163,7 +164,7 @@ def test_a_later_pass_is_timed_from_its_own_plan(
     from the first plan (pinned a day back here): the rate is not diluted by pass one."""
     seed_users(db, 1_000)
     write_background(migrations, batch_size=50, max_parallel=1)
-    kit.up()
+    kit.runs.up()
     token = CancelToken()
     second_pass = threading.Event()
 
@@ -173,14 +174,14 @@ def test_a_later_pass_is_timed_from_its_own_plan(
         elif db.users.count_documents({"n": {"$lt": 0}}) == 0:
             seed_users(db, 500, start=-1_000)  # below every cursor: left for pass two
 
-    kit.on("background:batch", late_writer)
-    kit.on("background:partitioned", lambda e, p: p["pass"] == 2 and second_pass.set())
+    kit.background.on("background:batch", late_writer)
+    kit.background.on("background:partitioned", lambda e, p: p["pass"] == 2 and second_pass.set())
     with pytest.raises(RunAbortedError):
-        kit.run_background(SPLIT_NAME, cancel=token)
+        kit.background.run(SPLIT_NAME, cancel=token)
     day_ago = datetime.now(UTC) - timedelta(days=1)
     db.migronaut_background.update_one({"_id": SPLIT_NAME}, {"$set": {"started_at": day_ago}})
 
-    view = kit.background_status_view(SPLIT_NAME)
+    view = kit.background.status(SPLIT_NAME)
     assert view is not None
     assert (view.status, view.pass_number) == ("running", 2)
     assert 0 < view.progress.done < view.progress.estimate == 500
@@ -195,10 +196,10 @@ def test_each_batch_event_carries_the_batch_size_it_read_with(
 ) -> None:
     seed_users(db, 1_050)
     write_background(migrations, batch_size=100, max_parallel=1)
-    kit.up()
+    kit.runs.up()
     batches: list[dict[str, Any]] = []
-    kit.on("background:batch", lambda event, payload: batches.append(payload))
-    assert kit.run_background(SPLIT_NAME, concurrency=1)["status"] == "completed"
+    kit.background.on("background:batch", lambda event, payload: batches.append(payload))
+    assert kit_json.run(kit, SPLIT_NAME, concurrency=1)["status"] == "completed"
     assert {batch["batch_size"] for batch in batches} == {100}
     assert all(batch["counters"]["scanned"] <= 100 for batch in batches)
     assert sum(batch["counters"]["scanned"] for batch in batches) == 1_050
@@ -223,9 +224,9 @@ def test_transform_errors_within_the_budget_are_reported_without_values(
     )
     logs: list[str] = []
     with make_kit(mongo_uri, db, migrations) as kit:
-        kit.up()
-        kit.on("*", lambda event, payload: logs.append(repr(payload)))
-        view = kit.run_background(SPLIT_NAME, concurrency=2)
+        kit.runs.up()
+        kit.background.on("*", lambda event, payload: logs.append(repr(payload)))
+        view = kit_json.run(kit, SPLIT_NAME, concurrency=2)
     assert view["status"] == "completed"
     assert view["failed_documents"] == 4
     assert view["totals"]["migrated"] == 996
@@ -254,13 +255,13 @@ def test_transform_errors_over_the_budget_fail_the_migration(
         """,
     )
     with make_kit(mongo_uri, db, migrations) as kit:
-        kit.up()
+        kit.runs.up()
         with pytest.raises(BackgroundFailedError) as raised:
-            kit.run_background(SPLIT_NAME, concurrency=2)
+            kit.background.run(SPLIT_NAME, concurrency=2)
         assert "max_document_errors (2)" in raised.value.message
         assert "last: transform: KeyError" in raised.value.message
         assert "First" not in raised.value.message
-        assert kit.background_status(SPLIT_NAME)["status"] == "failed"
+        assert kit_json.status(kit, SPLIT_NAME)["status"] == "failed"
 
 
 def test_the_error_budget_names_the_last_write_error_by_its_code_not_its_value(
@@ -279,9 +280,9 @@ def test_the_error_budget_names_the_last_write_error_by_its_code_not_its_value(
         """,
     )
     with make_kit(mongo_uri, db, migrations) as kit:
-        kit.up()
+        kit.runs.up()
         with pytest.raises(BackgroundFailedError) as raised:
-            kit.run_background(SPLIT_NAME)
+            kit.background.run(SPLIT_NAME)
         state = db.migronaut_background.find_one({"_id": SPLIT_NAME})
     last = "last: write: duplicate key on index email_1 (code 11000)"
     assert last in raised.value.message
@@ -306,8 +307,8 @@ def test_mixed_id_types_are_all_migrated(
         ]
     )
     write_background(migrations, batch_size=64, max_parallel=4)
-    kit.up()
-    view = kit.run_background(SPLIT_NAME, concurrency=4)
+    kit.runs.up()
+    view = kit_json.run(kit, SPLIT_NAME, concurrency=4)
     assert view["status"] == "completed"
     assert view["totals"]["migrated"] == len(ids)
     assert_all_split(db, len(ids))
@@ -328,9 +329,9 @@ def test_migrate_batch_with_the_wrong_length_fails_the_slice(
         """,
     )
     with make_kit(mongo_uri, db, migrations) as kit:
-        kit.up()
+        kit.runs.up()
         with pytest.raises(BackgroundFailedError) as raised:
-            kit.run_background(SPLIT_NAME)
+            kit.background.run(SPLIT_NAME)
         assert "partition(s) failed" in raised.value.message
         assert "returned 9 result(s) for 10" in raised.value.message
     assert db.users.count_documents({"_v": 2}) == 0
@@ -352,8 +353,8 @@ def test_a_duplicate_key_is_a_document_error(
         """,
     )
     with make_kit(mongo_uri, db, migrations) as kit:
-        kit.up()
-        view = kit.run_background(SPLIT_NAME)
+        kit.runs.up()
+        view = kit_json.run(kit, SPLIT_NAME)
     assert view["status"] == "completed"
     assert view["failed_documents"] == 1
     sample = view["failed_document_samples"][0]
@@ -371,18 +372,18 @@ def test_the_failed_document_count_includes_the_pass_not_yet_rolled_up(
     db.users.insert_one({"_id": 10_000, "name": 7, "_v": 1, "n": 10_000})  # migrate() fails
     write_background(migrations, batch_size=100, max_parallel=1, extra='"max_document_errors": 5,')
     with make_kit(mongo_uri, db, migrations) as kit:
-        kit.up()
-        assert kit.coordinate_background(SPLIT_NAME).next == "process"
+        kit.runs.up()
+        assert kit.background.coordinate(SPLIT_NAME).next == "process"
         for _ in range(20):
-            if kit.run_background_slice(SPLIT_NAME).outcome == "exhausted":
+            if kit.background.run_slice(SPLIT_NAME).outcome == "exhausted":
                 break
-        during = kit.background_status(SPLIT_NAME)
+        during = kit_json.status(kit, SPLIT_NAME)
         assert during["status"] == "running"
         assert during["failed_documents"] == 1
         for _ in range(10):
-            if kit.coordinate_background(SPLIT_NAME).next == "done":
+            if kit.background.coordinate(SPLIT_NAME).next == "done":
                 break
-        after = kit.background_status(SPLIT_NAME)
+        after = kit_json.status(kit, SPLIT_NAME)
     assert after["status"] == "completed"
     assert after["failed_documents"] == 1
 
@@ -406,7 +407,7 @@ def test_a_dropped_connection_in_a_side_read_is_retried_not_a_document_error(
     seed_users(db, count)
     db.plans.insert_many([{"_id": i, "name": f"plan{i}"} for i in range(3)])
     write_background(migrations, body=SIDE_READ)
-    kit.up()
+    kit.runs.up()
     # Twice in a row, so the driver's own single retry of the read fails too.
     dropped = {
         "failCommands": ["find"],
@@ -415,7 +416,7 @@ def test_a_dropped_connection_in_a_side_read_is_retried_not_a_document_error(
         "namespace": f"{db.name}.plans",
     }
     with fail_point(mongo_client, dropped, {"times": 2}):
-        view = kit.run_background(SPLIT_NAME, concurrency=2)
+        view = kit_json.run(kit, SPLIT_NAME, concurrency=2)
     assert view["status"] == "completed"
     assert view["totals"].get("failed", 0) == 0
     assert view["totals"]["migrated"] == count

@@ -16,6 +16,7 @@ from migronaut_core import (
     MigrationInvalidNameError,
     Migronaut,
 )
+from tests.support import kit_json
 from tests.support.background import write_background
 from tests.support.cli import configure, migronaut
 from tests.support.runner import write_migration
@@ -41,7 +42,7 @@ def migrations(tmp_path: Path) -> Path:
 def test_baseline_records_a_prefix_as_adopted_without_running_it(
     kit: Migronaut, db: Database[dict[str, Any]]
 ) -> None:
-    result = kit.baseline(to=B, requested_by="ops", reason="adopt prod")
+    result = kit.runs.baseline(to=B, requested_by="ops", reason="adopt prod")
     assert result.adopted == (A, B)
     assert result.already_applied == ()
     assert db.runs.count_documents({}) == 0  # nothing ran
@@ -53,13 +54,13 @@ def test_baseline_records_a_prefix_as_adopted_without_running_it(
         True,
         "ops",
     )
-    rows = {row.name: row.to_dict() for row in kit.status()}
+    rows = {row.name: row.to_dict() for row in kit.runs.status()}
     assert rows[A]["adopted"] is True and rows[A]["status"] == "applied"
     assert rows[B]["adopted"] is True and rows[B]["kind"] == "background"
     assert "adopted" not in rows[C] and rows[C]["status"] == "pending"
 
-    assert kit.baseline(to=B).adopted == ()  # again: nothing more to adopt
-    assert [item.name for item in kit.up().migrations] == [C]
+    assert kit.runs.baseline(to=B).adopted == ()  # again: nothing more to adopt
+    assert [item.name for item in kit.runs.up().migrations] == [C]
     assert db.runs.count_documents({}) == 1
     assert "adopted" not in (db.migronaut_changelog.find_one({"_id": C}) or {})
 
@@ -67,7 +68,7 @@ def test_baseline_records_a_prefix_as_adopted_without_running_it(
 def test_an_adopted_background_migration_counts_as_done_for_requires(
     kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
 ) -> None:
-    kit.baseline(to=B)
+    kit.runs.baseline(to=B)
     needs = "20240104000000_needs_split"
     body = f'requires = ["{B}"]\n\ndef up(ctx):\n    ctx.db.marks.insert_one({{}})\n'
     write_migration(migrations, needs, body)
@@ -79,31 +80,31 @@ def test_an_adopted_background_migration_counts_as_done_for_requires(
         'background = {"collection": "orders", "from": 1, "to": 2}\n\n'
         "def migrate(doc, ctx):\n    return doc\n",
     )
-    result = kit.up()
+    result = kit.runs.up()
     assert [item.name for item in result.migrations] == [C, needs, later]
     assert db.marks.count_documents({}) == 1
-    assert kit.background_status(later)["status"] == "pending"  # not blocked
+    assert kit_json.status(kit, later)["status"] == "pending"  # not blocked
 
 
 def test_down_of_an_adopted_one_way_background_migration_is_refused(
     kit: Migronaut, db: Database[dict[str, Any]]
 ) -> None:
-    kit.baseline(to=B)
+    kit.runs.baseline(to=B)
     with pytest.raises(IrreversibleMigrationError):
-        kit.down()
+        kit.runs.down()
     assert db.migronaut_changelog.count_documents({"_id": B, "status": "applied"}) == 1
 
 
 def test_baseline_refusals_write_nothing(kit: Migronaut, db: Database[dict[str, Any]]) -> None:
     with pytest.raises(MigrationFileNotFoundError):
-        kit.baseline(to="20990101000000_unknown")
+        kit.runs.baseline(to="20990101000000_unknown")
     with pytest.raises(MigrationInvalidNameError):
-        kit.baseline(to="not a name")
-    kit.up(to=A)
-    kit.up(only=C)
+        kit.runs.baseline(to="not a name")
+    kit.runs.up(to=A)
+    kit.runs.up(only=C)
     before = list(db.migronaut_changelog.find())
     with pytest.raises(BaselineConflictError) as raised:
-        kit.baseline(to=B)
+        kit.runs.baseline(to=B)
     assert raised.value.context == {"to": B, "applied_after": [C]}
     assert list(db.migronaut_changelog.find()) == before
 
@@ -111,11 +112,11 @@ def test_baseline_refusals_write_nothing(kit: Migronaut, db: Database[dict[str, 
 def test_a_background_migration_migronaut_registered_is_not_adopted(
     kit: Migronaut, db: Database[dict[str, Any]]
 ) -> None:
-    kit.up(to=B)
-    kit.down()  # withdrawn: no state
+    kit.runs.up(to=B)
+    kit.runs.down()  # withdrawn: no state
     db.migronaut_background.insert_one({"_id": B, "status": "completed", "direction": "revert"})
     with pytest.raises(BaselineConflictError) as raised:
-        kit.baseline(to=B)
+        kit.runs.baseline(to=B)
     assert raised.value.context == {"name": B}
     assert db.migronaut_changelog.find_one({"_id": B}) is None
 

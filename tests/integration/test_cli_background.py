@@ -18,6 +18,7 @@ from migronaut_core.errors import (
     NotAppliedError,
     RunAbortedError,
 )
+from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 from tests.support.cli import configure, migronaut
 
@@ -178,7 +179,7 @@ def test_ctrl_c_stops_lanes_and_the_next_run_resumes(
         with make_kit(mongo_uri, db, tmp_path / "migrations") as kit:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and process.poll() is None:
-                view = kit.background_status(SPLIT_NAME)
+                view = kit_json.status(kit, SPLIT_NAME)
                 if view is not None and view["progress"]["done"] > 0:
                     break
                 time.sleep(0.05)

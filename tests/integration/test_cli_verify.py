@@ -18,8 +18,8 @@ def test_verify_reports_drift(tmp_path: Path, mongo_uri: str, db: Database[dict[
     seed_users(db, 100)
     write_background(migrations)
     with make_kit(mongo_uri, db, migrations) as kit:
-        kit.up()
-        kit.run_background(SPLIT_NAME)
+        kit.runs.up()
+        kit.background.run(SPLIT_NAME)
     seed_users(db, 5, start=1_000)
     result = migronaut(tmp_path, "background", "verify", "--on-drift", "report", "--json")
     assert result.returncode == 0, result.stderr

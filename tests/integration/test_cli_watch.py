@@ -22,6 +22,7 @@ import pytest
 from pymongo.database import Database
 
 from migronaut_core import Migronaut
+from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, wait_until, write_background
 from tests.support.cli import migronaut
 from tests.support.watching import leader_pid, old_release_writing, old_shape
@@ -42,8 +43,8 @@ def kit(mongo_uri: str, db: Db, tmp_path: Path) -> Iterator[Migronaut]:
     seed_users(db, 50)
     db.users.create_index([("_v", 1), ("_id", 1)])
     with make_kit(mongo_uri, db, migrations, lock_ttl_seconds=TTL_SECONDS) as kit:
-        kit.up()
-        assert kit.run_background(SPLIT_NAME, concurrency=2)["status"] == "completed"
+        kit.runs.up()
+        assert kit_json.run(kit, SPLIT_NAME, concurrency=2)["status"] == "completed"
         yield kit
 
 
@@ -114,7 +115,7 @@ def test_watch_status_shows_the_leader_lag_and_resume_state_and_ctrl_c_stops(
         assert "users: stopped, 5 upgraded by this process" in out
     finally:
         watcher.close()
-    row = kit.background_watch_status("users")
+    row = kit_json.watch_status(kit, "users")
     assert row["state"] == "stopped"
     lock = db.migronaut_lock.find_one({"_id": "watch:users"})
     assert lock is not None and lock["owner"] is None  # leadership given up, not left to expire
@@ -144,12 +145,12 @@ def test_a_standby_cli_takes_over_from_a_killed_leader_and_sigterm_exits_0(
         assert len(written) > 10
         wait_until(lambda: db.users.count_documents({"_v": 1}) == 0, 15, "the gap's upgrades")
         assert db.users.count_documents({"_id": {"$in": written}, "_v": 2}) == len(written)
-        assert kit.background_status(SPLIT_NAME)["status"] == "completed"
+        assert kit_json.status(kit, SPLIT_NAME)["status"] == "completed"
 
         code, out = second.stop(signal.SIGTERM)
         assert code == 0, out
         assert "users: stopped" in out
-        row = kit.background_watch_status("users")
+        row = kit_json.watch_status(kit, "users")
         assert (row["state"], row["leader"]["pid"]) == ("stopped", second.pid)
         assert row["counters"]["upgraded"] >= len(written)
     finally:

@@ -24,6 +24,7 @@ from pymongo.database import Database
 
 from migronaut_core import ConfigInvalidError, Migronaut
 from migronaut_core.background.planning.shard import ShardCatalog
+from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 from tests.support.cli import migronaut
 from tests.support.shard_shapes import collection_doc, new_uuid
@@ -55,9 +56,9 @@ def test_converge_records_what_it_creates_and_prune_drops_only_its_own(
 ) -> None:
     seed_users(db, 10)
     with kit_with(mongo_uri, db, migrations, OLD) as kit:
-        assert kit.converge(requested_by="ci", reason="deploy 41").created
-        assert not kit.converge().created  # exists: nothing recorded
-        [entry] = kit.converge_log()
+        assert kit.runs.converge(requested_by="ci", reason="deploy 41").created
+        assert not kit.runs.converge().created  # exists: nothing recorded
+        [entry] = kit_json.converge_log(kit)
     assert entry["collection"] == "users"
     assert (entry["action"], entry["index"], entry["key"]) == (
         "created",
@@ -76,9 +77,9 @@ def test_converge_records_what_it_creates_and_prune_drops_only_its_own(
     db.users.create_index([("_v", 1), ("n", 1)], name="users_v_n")
 
     with kit_with(mongo_uri, db, migrations, NEW) as kit:
-        without = kit.converge()  # no prune: nothing dropped
+        without = kit.runs.converge()  # no prune: nothing dropped
         assert "_v_1__id_1" in indexes(db) and without.pruned == ()
-        report = kit.converge(prune=True, requested_by="ci")
+        report = kit.runs.converge(prune=True, requested_by="ci")
         assert [(item.action, item.name) for item in report.collections] == [
             ("exists", "users_ver")
         ]
@@ -91,8 +92,8 @@ def test_converge_records_what_it_creates_and_prune_drops_only_its_own(
             }
         ]
         assert indexes(db) == {"_id_", "users_ver", "users_v_n"}
-        assert kit.converge(prune=True).pruned == ()  # nothing left that converge made
-        dropped, created = kit.converge_log()
+        assert kit.runs.converge(prune=True).pruned == ()  # nothing left that converge made
+        dropped, created = kit_json.converge_log(kit)
     assert (dropped["action"], dropped["index"], dropped["by"]["requested_by"]) == (
         "dropped",
         "_v_1__id_1",
@@ -109,14 +110,14 @@ def test_prune_keeps_what_the_shard_key_needs(
     config_db.collections.insert_one(collection_doc(namespace, new_uuid(), {"_v": 1}))
     seed_users(db, 10)
     with kit_with(mongo_uri, db, migrations, OLD) as kit:
-        kit.runtime.catalog = ShardCatalog(kit.client, config_db=config_db, sharded=True)
-        created = kit.converge()
+        kit._runtime.catalog = ShardCatalog(kit.client, config_db=config_db, sharded=True)
+        created = kit.runs.converge()
         assert [(item.action, item.index) for item in created.collections] == [
             ("created", {"_v": 1, "_id": 1})
         ]
     with kit_with(mongo_uri, db, migrations, NEW) as kit:
-        kit.runtime.catalog = ShardCatalog(kit.client, config_db=config_db, sharded=True)
-        report = kit.converge(prune=True)
+        kit._runtime.catalog = ShardCatalog(kit.client, config_db=config_db, sharded=True)
+        report = kit.runs.converge(prune=True)
         [kept] = report.pruned
         assert (kept.action, kept.name) == ("kept", "_v_1__id_1")
         assert kept.note is not None and "shard key" in kept.note
@@ -124,14 +125,14 @@ def test_prune_keeps_what_the_shard_key_needs(
         # Unsharded (resharded away): the old index goes, and so does the shard
         # variant converge had made for the new field while it was sharded.
         config_db.collections.delete_many({})
-        report = kit.converge(prune=True)
+        report = kit.runs.converge(prune=True)
         assert [item.index for item in report.created] == [{"ver": 1, "_id": 1}]
         assert sorted((item.action, item.name) for item in report.pruned) == [
             ("dropped", "_v_1__id_1"),
             ("dropped", "ver_1__v_1__id_1"),
         ]
     assert indexes(db) == {"_id_", "ver_1__id_1"}
-    assert sorted(entry["action"] for entry in kit.converge_log()) == [
+    assert sorted(entry["action"] for entry in kit_json.converge_log(kit)) == [
         "created",
         "created",
         "created",
@@ -146,10 +147,10 @@ def test_prune_keeps_an_index_a_running_migration_reads_through(
     seed_users(db, 10)
     write_background(migrations)
     with kit_with(mongo_uri, db, migrations, OLD) as kit:
-        kit.converge()
-        kit.up()  # registered on users' _v, not completed
+        kit.runs.converge()
+        kit.runs.up()  # registered on users' _v, not completed
     with kit_with(mongo_uri, db, migrations, NEW) as kit:
-        [kept] = kit.converge(prune=True).pruned
+        [kept] = kit.runs.converge(prune=True).pruned
     assert kept.action == "kept" and kept.note is not None and SPLIT_NAME in kept.note
     assert "_v_1__id_1" in indexes(db)
 
@@ -159,10 +160,10 @@ def test_prune_is_refused_where_migronaut_creates_no_index(
 ) -> None:
     seed_users(db, 10)
     with kit_with(mongo_uri, db, migrations, OLD) as kit:
-        kit.converge()
+        kit.runs.converge()
     checking = make_kit(mongo_uri, db, migrations, collections=NEW, ensure_indexes=False)
     with checking, pytest.raises(ConfigInvalidError) as refused:
-        checking.converge(prune=True)
+        checking.runs.converge(prune=True)
     assert refused.value.context == {"key": "ensure_indexes"}
     assert indexes(db) == {"_id_", "_v_1__id_1"}
     assert db[LOG].count_documents({}) == 1
@@ -213,7 +214,7 @@ def test_concurrent_converges_create_and_drop_once_each(
 
         def one(kit: Migronaut) -> Any:
             barrier.wait(10)
-            return kit.converge(prune=prune)
+            return kit.runs.converge(prune=prune)
 
         try:
             with ThreadPoolExecutor(len(kits)) as pool:

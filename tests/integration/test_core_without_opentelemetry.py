@@ -38,9 +38,9 @@ SCRIPT = textwrap.dedent(
         database=os.environ["TEST_DB"],
         migrations_dir=os.environ["TEST_MIGRATIONS"],
     ) as kit:
-        kit.up()
-        assert not kit.runtime.telemetry.enabled
-        view = kit.run_background(os.environ["TEST_NAME"], concurrency=2)
+        kit.runs.up()
+        assert not kit._runtime.telemetry.enabled
+        view = kit.background.run(os.environ["TEST_NAME"], concurrency=2).to_dict()
     loaded = [m for m in sys.modules if m.split(".")[0] == "opentelemetry"]
     assert not loaded, loaded
     print(view["status"], view["totals"]["migrated"])

@@ -13,6 +13,7 @@ from pymongo.database import Database
 
 from migronaut_core import CancelToken, Migronaut, SliceResult
 from migronaut_core.errors import ChecksumMismatchError
+from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, wait_until, write_background
 
 #: A lease TTL no test here could outwait: a claim that comes sooner was released, not reaped.
@@ -34,13 +35,13 @@ def test_a_lane_meeting_a_changed_file_defers_then_works_once_the_deploy_lands(
 ) -> None:
     seed_users(db, 2_000)
     path = write_background(migrations, batch_size=100, max_parallel=2)
-    kit.up()
-    assert kit.coordinate_background(SPLIT_NAME).next == "process"
+    kit.runs.up()
+    assert kit.background.coordinate(SPLIT_NAME).next == "process"
     registered = path.read_text()
     # The new release reached this worker first: same migration, a different file.
     path.write_text(registered + "\n# release 2\n")
 
-    deferred = kit.run_background_slice(SPLIT_NAME)
+    deferred = kit.background.run_slice(SPLIT_NAME)
 
     assert (deferred.outcome, deferred.reason) == ("deferred", "checksum_mismatch")
     assert deferred.retry_after_ms is not None and deferred.retry_after_ms > 0
@@ -70,10 +71,10 @@ def test_a_lane_meeting_a_changed_file_defers_then_works_once_the_deploy_lands(
     }
 
     path.write_text(registered)  # the deploy is over (here: rolled back to what is registered)
-    resumed = kit.run_background_slice(SPLIT_NAME)
+    resumed = kit.background.run_slice(SPLIT_NAME)
     assert resumed.outcome in ("yielded", "exhausted"), resumed
     assert resumed.counters["migrated"] > 0
-    status = kit.run_background(SPLIT_NAME, concurrency=2)
+    status = kit_json.run(kit, SPLIT_NAME, concurrency=2)
     assert status["status"] == "completed"
     assert status["totals"]["migrated"] == 2_000
     assert db.users.count_documents({"_v": 2}) == 2_000
@@ -84,11 +85,11 @@ def test_a_lane_whose_file_is_missing_defers_with_its_own_reason(
 ) -> None:
     seed_users(db, 300)
     path = write_background(migrations, batch_size=100)
-    kit.up()
-    assert kit.coordinate_background(SPLIT_NAME).next == "process"
+    kit.runs.up()
+    assert kit.background.coordinate(SPLIT_NAME).next == "process"
     path.unlink()
 
-    deferred = kit.run_background_slice(SPLIT_NAME)
+    deferred = kit.background.run_slice(SPLIT_NAME)
 
     assert (deferred.outcome, deferred.reason, deferred.checksums) == (
         "deferred",
@@ -110,13 +111,13 @@ def test_a_cancelled_slice_checkpoints_and_releases_its_lease_for_the_next_claim
     seed_users(db, 1_500)
     # One lane at a time (max_parallel 1): a second claim gets the slot only if it was released.
     write_background(migrations, batch_size=50, max_parallel=1, per_document_seconds=0.002)
-    kit.up()
-    assert kit.coordinate_background(SPLIT_NAME).next == "process"
+    kit.runs.up()
+    assert kit.background.coordinate(SPLIT_NAME).next == "process"
     token = CancelToken()
     results: list[SliceResult] = []
     worker = threading.Thread(
         target=lambda: results.append(
-            kit.run_background_slice(SPLIT_NAME, slice_ms=600_000, cancel=token)
+            kit.background.run_slice(SPLIT_NAME, slice_ms=600_000, cancel=token)
         )
     )
     worker.start()
@@ -137,13 +138,13 @@ def test_a_cancelled_slice_checkpoints_and_releases_its_lease_for_the_next_claim
     assert stopped.counters["migrated"] == db.users.count_documents({"_v": 2})
 
     with make_kit(mongo_uri, db, migrations, lock_ttl_seconds=LONG_TTL_SECONDS) as successor:
-        claimed = successor.run_background_slice(SPLIT_NAME, slice_ms=200)
+        claimed = successor.background.run_slice(SPLIT_NAME, slice_ms=200)
         claimed_within = time.monotonic() - cancelled_at
         assert claimed.outcome in ("yielded", "exhausted"), claimed
         assert claimed.counters["migrated"] > 0
         print(f"\nstopped {stopped_within:.2f} s and reclaimed {claimed_within:.2f} s after cancel")
         # Well before the 60 s TTL could have lapsed: the lease was given back, not reaped.
         assert claimed_within < LONG_TTL_SECONDS / 4
-        status = successor.run_background(SPLIT_NAME)
+        status = kit_json.run(successor, SPLIT_NAME)
     assert status["totals"]["migrated"] == 1_500
     assert db.users.count_documents({"_v": 2}) == 1_500

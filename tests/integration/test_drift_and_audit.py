@@ -21,6 +21,7 @@ from migronaut_core.background.drift.verify import probe_query
 from migronaut_core.background.spec import read_stored
 from migronaut_core.cli import main
 from migronaut_core.errors import ConfigInvalidError
+from tests.support import kit_json
 from tests.support.background import (
     ADD_INITIALS,
     INITIALS_NAME,
@@ -44,8 +45,8 @@ def kit(mongo_uri: str, db: Db, migrations: Path) -> Iterator[Migronaut]:
     seed_users(db, 50)
     db.users.create_index([("_v", 1), ("_id", 1)])
     with make_kit(mongo_uri, db, migrations, lock_ttl_seconds=2) as kit:
-        kit.up()
-        assert kit.run_background(SPLIT_NAME, concurrency=2)["status"] == "completed"
+        kit.runs.up()
+        assert kit_json.run(kit, SPLIT_NAME, concurrency=2)["status"] == "completed"
         yield kit
 
 
@@ -88,27 +89,27 @@ def test_drift_config_keys_are_validated(mongo_uri: str, db: Db, migrations: Pat
 def test_an_unknown_on_drift_is_refused_naming_the_key(kit: Migronaut, db: Db) -> None:
     old_release_writes(db)
     with pytest.raises(ConfigInvalidError) as raised:
-        kit.verify_background(on_drift="fix")
+        kit.drift.verify(on_drift="fix")
     assert raised.value.context["key"] == "on_drift"
-    assert kit.background_status(SPLIT_NAME)["status"] == "completed"
+    assert kit_json.status(kit, SPLIT_NAME)["status"] == "completed"
 
 
 def test_report_lists_the_drift_and_changes_nothing(kit: Migronaut, db: Db) -> None:
-    assert kit.verify_background(on_drift="report") == {"checked": 1, "drifted": [], "skipped": 0}
+    assert kit_json.verify(kit, on_drift="report") == {"checked": 1, "drifted": [], "skipped": 0}
     old_release_writes(db)
     before = list(db.users.find().sort("_id", 1))
-    history = len(kit.background_history(SPLIT_NAME))
+    history = len(kit_json.history(kit, SPLIT_NAME))
 
-    result = kit.verify_background(on_drift="report")
+    result = kit_json.verify(kit, on_drift="report")
 
     assert result == {
         "checked": 1,
         "drifted": [{"migration": SPLIT_NAME, "collection": "users", "action": "reported"}],
         "skipped": 0,
     }
-    assert kit.background_status(SPLIT_NAME)["status"] == "completed"
+    assert kit_json.status(kit, SPLIT_NAME)["status"] == "completed"
     assert list(db.users.find().sort("_id", 1)) == before
-    assert len(kit.background_history(SPLIT_NAME)) == history
+    assert len(kit_json.history(kit, SPLIT_NAME)) == history
 
 
 def test_on_drift_defaults_to_the_config(
@@ -116,27 +117,27 @@ def test_on_drift_defaults_to_the_config(
 ) -> None:
     old_release_writes(db)
     with make_kit(mongo_uri, db, migrations, background_on_drift="report") as reporting:
-        assert reporting.verify_background()["drifted"][0]["action"] == "reported"
-    assert kit.background_status(SPLIT_NAME)["status"] == "completed"
+        assert kit_json.verify(reporting)["drifted"][0]["action"] == "reported"
+    assert kit_json.status(kit, SPLIT_NAME)["status"] == "completed"
 
 
 def test_reopen_reopens_and_a_run_upgrades_all_fifty(kit: Migronaut, db: Db) -> None:
     old_release_writes(db)
 
-    result = kit.verify_background()  # background_on_drift defaults to reopen
+    result = kit_json.verify(kit)  # background_on_drift defaults to reopen
 
     assert result["drifted"] == [
         {"migration": SPLIT_NAME, "collection": "users", "action": "reopened"}
     ]
-    assert kit.background_status(SPLIT_NAME)["status"] != "completed"
-    assert kit.run_background(SPLIT_NAME, concurrency=2)["status"] == "completed"
+    assert kit_json.status(kit, SPLIT_NAME)["status"] != "completed"
+    assert kit_json.run(kit, SPLIT_NAME, concurrency=2)["status"] == "completed"
     assert db.users.count_documents({"_v": 1}) == 0
     upgraded = list(db.users.find({"_id": {"$gte": 1000}}).sort("_id", 1))
     assert len(upgraded) == 50
     assert all(doc["_v"] == 2 and "name" not in doc for doc in upgraded)
     assert upgraded[7] == {"_id": 1007, "_v": 2, "first": "Old7", "last": "Release7"}
     # Nothing left: the next pass finds no drift.
-    assert kit.verify_background()["drifted"] == []
+    assert kit_json.verify(kit)["drifted"] == []
 
 
 def _stages(plan: Any) -> Iterator[dict[str, Any]]:
@@ -159,7 +160,7 @@ def test_the_probe_reads_the_version_index_and_at_most_one_document(
     state = db[STATES].find_one({"_id": SPLIT_NAME})
     assert state is not None
     spec = read_stored(state["spec"])
-    match, hint = probe_query(kit.runtime, spec, state.get("bad_ids") or [])
+    match, hint = probe_query(kit._runtime, spec, state.get("bad_ids") or [])
     assert hint == [("_v", 1), ("_id", 1)]
 
     explained = db.users.find(match, {"_id": 1}).hint(hint).limit(1).explain()
@@ -177,20 +178,20 @@ def test_stream_mode_skips_a_collection_a_fresh_watcher_streams(
 ) -> None:
     with make_kit(mongo_uri, db, migrations, background_drift="stream") as streaming:
         # No watcher yet: polled as usual.
-        assert streaming.verify_background(on_drift="report")["checked"] == 1
-        watcher = kit.watch_background(refresh_seconds=1.0)
+        assert kit_json.verify(streaming, on_drift="report")["checked"] == 1
+        watcher = kit.drift.watch(refresh_seconds=1.0)
         try:
             wait_until(
                 lambda: [row["state"] for row in watcher.status()] == ["streaming"],
                 what="the stream",
             )
-            assert streaming.verify_background(on_drift="report") == {
+            assert kit_json.verify(streaming, on_drift="report") == {
                 "checked": 0,
                 "drifted": [],
                 "skipped": 1,
             }
             # Mode poll (the default) probes whatever the watcher does.
-            assert kit.verify_background(on_drift="report")["checked"] == 1
+            assert kit_json.verify(kit, on_drift="report")["checked"] == 1
         finally:
             watcher.stop()
 
@@ -201,13 +202,13 @@ def test_both_mode_polls_what_a_watcher_streams_too(
     # ``both`` polls and streams: the poll is not the safety net of ``stream`` but a
     # full probe of its own, so a streamed collection's old-shape documents are found.
     old_release_writes(db, 5)
-    with kit.watch_background(on_drift="report", refresh_seconds=1.0) as watcher:
+    with kit.drift.watch(on_drift="report", refresh_seconds=1.0) as watcher:
         wait_until(
             lambda: [row["state"] for row in watcher.status()] == ["streaming"],
             what="the stream",
         )
         with make_kit(mongo_uri, db, migrations, background_drift="both") as both:
-            assert both.verify_background(on_drift="report") == {
+            assert kit_json.verify(both, on_drift="report") == {
                 "checked": 1,
                 "drifted": [{"migration": SPLIT_NAME, "collection": "users", "action": "reported"}],
                 "skipped": 0,
@@ -220,27 +221,27 @@ def test_both_mode_polls_what_a_watcher_streams_too(
 def test_a_healthy_setup_has_no_findings(
     kit: Migronaut, mongo_uri: str, db: Db, migrations: Path
 ) -> None:
-    assert kit.audit_background() == []
+    assert kit.background.audit() == []
     with make_kit(mongo_uri, db, migrations, background_drift="both") as both:
-        assert both.audit_background() == []
+        assert both.background.audit() == []
 
 
 def test_a_changed_or_missing_file_is_found(kit: Migronaut, migrations: Path) -> None:
     path = migrations / f"{SPLIT_NAME}.py"
     path.write_text(path.read_text() + "\n# edited after registration\n")
-    assert kinds(kit.audit_background()) == [("checksum_changed", SPLIT_NAME, "users")]
+    assert kinds(kit.background.audit()) == [("checksum_changed", SPLIT_NAME, "users")]
     path.unlink()
-    findings = kit.audit_background()
+    findings = kit.background.audit()
     assert kinds(findings) == [("file_missing", SPLIT_NAME, "users")]
     assert findings[0].severity == "error"
 
 
 def test_a_stalled_running_migration_is_found(kit: Migronaut, db: Db, migrations: Path) -> None:
     write_background(migrations, INITIALS_NAME, body=ADD_INITIALS)
-    kit.up()
-    kit.coordinate_background(INITIALS_NAME)
-    assert kit.background_status(INITIALS_NAME)["status"] == "running"
-    assert kit.audit_background() == []  # it just made progress
+    kit.runs.up()
+    kit.background.coordinate(INITIALS_NAME)
+    assert kit_json.status(kit, INITIALS_NAME)["status"] == "running"
+    assert kit.background.audit() == []  # it just made progress
 
     long_ago = datetime.now(UTC) - timedelta(hours=1)
     db[STATES].update_one(
@@ -248,15 +249,15 @@ def test_a_stalled_running_migration_is_found(kit: Migronaut, db: Db, migrations
         {"$set": {"last_progress_at": long_ago, "coordinator.at": long_ago}},
     )
     # Its partitions were written when planned: a partition write is movement too.
-    assert kit.audit_background() == []
+    assert kit.background.audit() == []
     db[f"{STATES}_partitions"].update_many(
         {"migration": INITIALS_NAME}, {"$set": {"updated_at": long_ago}}
     )
-    findings = kit.audit_background()
+    findings = kit.background.audit()
     assert kinds(findings) == [("stalled", INITIALS_NAME, "users")]
     assert "60 minutes" in findings[0].message
     # The threshold is an argument.
-    assert kit.audit_background(stale_after_seconds=2 * 3600) == []
+    assert kit.background.audit(stale_after_seconds=2 * 3600) == []
     # A live lease means a lane is at work: not stalled.
     partition = db[f"{STATES}_partitions"].find_one({"migration": INITIALS_NAME})
     assert partition is not None
@@ -276,17 +277,17 @@ def test_a_stalled_running_migration_is_found(kit: Migronaut, db: Db, migrations
             }
         ],
     )
-    assert kit.audit_background() == []
+    assert kit.background.audit() == []
 
 
 def test_a_missing_version_index_is_found(kit: Migronaut, db: Db) -> None:
     db.users.drop_index(VERSION_INDEX)
-    findings = kit.audit_background()
+    findings = kit.background.audit()
     assert kinds(findings) == [("missing_version_index", SPLIT_NAME, "users")]
     assert "_v" in findings[0].message
     # Any index led by the version field will do.
     db.users.create_index([("_v", 1), ("n", 1)])
-    assert kit.audit_background() == []
+    assert kit.background.audit() == []
 
 
 def test_a_dead_watcher_is_found_in_stream_modes(
@@ -301,18 +302,18 @@ def test_a_dead_watcher_is_found_in_stream_modes(
             "updated_at": stale,
         }
     )
-    assert kit.audit_background() == []  # mode poll: no watcher expected
+    assert kit.background.audit() == []  # mode poll: no watcher expected
     with make_kit(mongo_uri, db, migrations, background_drift="stream") as streaming:
-        findings = streaming.audit_background()
+        findings = streaming.background.audit()
         assert kinds(findings) == [("dead_watcher", None, "users")]
         assert "old-host" in findings[0].message
         # A row its leader keeps writing is alive; a stopped one is not a dead one.
         db[WATCH_ROWS].update_one({"_id": "users"}, {"$currentDate": {"updated_at": True}})
-        assert streaming.audit_background() == []
+        assert streaming.background.audit() == []
         db[WATCH_ROWS].update_one(
             {"_id": "users"}, {"$set": {"state": "stopped", "updated_at": stale}}
         )
-        assert streaming.audit_background() == []
+        assert streaming.background.audit() == []
 
 
 def test_cli_background_audit(

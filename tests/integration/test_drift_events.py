@@ -34,6 +34,7 @@ from migronaut_core.background.store.drift_events import (
 )
 from migronaut_core.config import BackgroundCollections
 from migronaut_core.errors import ConfigInvalidError
+from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 from tests.support.watching import unresumable_token
 
@@ -52,8 +53,8 @@ def kit(mongo_uri: str, db: Database[dict[str, Any]], tmp_path: Path) -> Iterato
     seed_users(db, 50)
     db.users.create_index([("_v", 1), ("_id", 1)])
     with make_kit(mongo_uri, db, tmp_path / "migrations") as kit:
-        kit.up()
-        assert kit.run_background(SPLIT_NAME, concurrency=2)["status"] == "completed"
+        kit.runs.up()
+        assert kit_json.run(kit, SPLIT_NAME, concurrency=2)["status"] == "completed"
         yield kit
 
 
@@ -195,8 +196,8 @@ async def test_a_signal_nobody_acted_on_fires_again_after_refire_seconds(
     )
     assert again == DriftSignal("users", (SPLIT_NAME,), 0, "probe")
 
-    kit.retry_background(SPLIT_NAME)
-    assert kit.run_background(SPLIT_NAME, concurrency=2)["status"] == "completed"
+    kit.background.control(SPLIT_NAME, "retry")
+    assert kit_json.run(kit, SPLIT_NAME, concurrency=2)["status"] == "completed"
     healed = asyncio.create_task(next_drift_signal(adb, NAMES, "users", settings(refire=1.0)))
     await asyncio.sleep(QUIET_SECONDS + 1.0)
     assert not healed.done(), "fired again after the documents were healed"
@@ -238,7 +239,7 @@ async def test_nothing_is_served_while_no_migration_of_the_collection_is_complet
     write_background(tmp_path / "migrations")
     seed_users(db, 10)
     with make_kit(mongo_uri, db, tmp_path / "migrations") as kit:
-        kit.up()  # registered, not run: its old-shape documents are its own work
+        kit.runs.up()  # registered, not run: its old-shape documents are its own work
         wait = asyncio.create_task(next_drift_signal(adb, NAMES, "users", settings()))
         await asyncio.sleep(QUIET_SECONDS)
         assert not wait.done()

@@ -13,6 +13,7 @@ from pymongo.database import Database
 from migronaut_core import Migronaut
 from migronaut_core.background.dry_run import DryRunReport, sandbox
 from migronaut_core.errors import ConfigInvalidError, TransactionsUnsupportedError
+from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, seed_users, write_background
 from tests.support.cli import configure, migronaut
 
@@ -113,7 +114,7 @@ def test_an_unregistered_migration_is_previewed_and_nothing_is_written(
     caplog.set_level(logging.DEBUG, logger="migronaut_core")
     caplog.set_level(logging.DEBUG, logger="migronaut")
 
-    report = kit.dry_run_background(SPLIT_NAME, first=100)
+    report = kit.background.dry_run(SPLIT_NAME, first=100)
 
     assert users_hash(db) == before
     assert bookkeeping(db) == dict.fromkeys(bookkeeping(db), 0)
@@ -134,7 +135,7 @@ def test_an_unregistered_migration_is_previewed_and_nothing_is_written(
     assert "First1" not in logged and "Last1" not in logged
     assert "100 document(s)" in logged
 
-    sampled = kit.dry_run_background(SPLIT_NAME)  # 20 random ones by default
+    sampled = kit.background.dry_run(SPLIT_NAME)  # 20 random ones by default
     assert sampled.method == "sample" and sampled.size == 20
     assert len(set(ids(sampled))) == 20
     assert users_hash(db) == before
@@ -148,19 +149,19 @@ def test_first_is_the_first_matching_ids_in_order_and_sample_distinct_matching_o
     db.users.create_index([("_v", 1), ("_id", 1)])  # read through the version index
     write_background(migrations)
 
-    first = kit.dry_run_background(SPLIT_NAME, first=10)
+    first = kit.background.dry_run(SPLIT_NAME, first=10)
     assert ids(first) == [1, 3, 4, 6, 7, 8, 9, 10, 11, 12]
     assert first.estimate == 57
 
     for _ in range(3):
-        sample = kit.dry_run_background(SPLIT_NAME, sample=5)
+        sample = kit.background.dry_run(SPLIT_NAME, sample=5)
         picked = ids(sample)
         assert len(picked) == len(set(picked)) == 5
         assert not set(picked) & {0, 2, 5}
         assert picked == sorted(picked)  # reported in _id order
         assert all(doc.set_fields == ("first", "last", "_v") for doc in sample.documents)
 
-    everything = kit.dry_run_background(SPLIT_NAME, sample=1_000)  # more than there are
+    everything = kit.background.dry_run(SPLIT_NAME, sample=1_000)  # more than there are
     assert sorted(ids(everything)) == [n for n in range(60) if n not in (0, 2, 5)]
 
 
@@ -172,13 +173,13 @@ def test_validate_reports_a_duplicate_key_without_its_value_and_writes_nothing(
     write_background(migrations, body=HANDLES)
     before = users_hash(db)
 
-    plain = kit.dry_run_background(SPLIT_NAME, first=12)
+    plain = kit.background.dry_run(SPLIT_NAME, first=12)
     assert plain.totals["errors"] == 0  # the transform alone cannot see the index
 
-    calls = kit.runtime.load(SPLIT_NAME).fns.migrate.__globals__["calls"]
+    calls = kit._runtime.load(SPLIT_NAME).fns.migrate.__globals__["calls"]
     calls.clear()
 
-    report = kit.dry_run_background(SPLIT_NAME, first=12, validate=True)
+    report = kit.background.dry_run(SPLIT_NAME, first=12, validate=True)
 
     assert sorted(calls) == list(range(12))  # each transform ran once, whatever the retries
     assert users_hash(db) == before
@@ -211,7 +212,7 @@ def test_validate_reports_a_validator_failure(
     write_background(migrations)
     before = users_hash(db)
 
-    report = kit.dry_run_background(SPLIT_NAME, first=12, validate=True)
+    report = kit.background.dry_run(SPLIT_NAME, first=12, validate=True)
 
     assert users_hash(db) == before
     failed = {doc.id: doc for doc in report.documents if doc.failed}
@@ -234,7 +235,7 @@ def test_validate_stops_isolating_write_errors_after_its_cap(
     monkeypatch.setattr(sandbox, "MAX_WRITE_FAILURES", 3)
     before = users_hash(db)
 
-    report = kit.dry_run_background(SPLIT_NAME, first=10, validate=True)
+    report = kit.background.dry_run(SPLIT_NAME, first=10, validate=True)
 
     reasons = [doc.reason for doc in report.documents]
     assert reasons.count("write") == 3
@@ -251,7 +252,7 @@ def test_transform_errors_name_the_exception_type_only(
     before = users_hash(db)
 
     for validate in (False, True):
-        report = kit.dry_run_background(SPLIT_NAME, first=20, validate=validate)
+        report = kit.background.dry_run(SPLIT_NAME, first=20, validate=validate)
         failed = {doc.id: doc for doc in report.documents if doc.failed}
         assert sorted(failed) == [0, 4, 8, 12, 16]
         assert all(
@@ -274,11 +275,11 @@ def test_a_batch_transform_is_previewed_in_batches(
     write_background(migrations, body=BATCHED)
     before = users_hash(db)
 
-    calls = kit.runtime.load(SPLIT_NAME).fns.migrate_batch.__globals__["calls"]
+    calls = kit._runtime.load(SPLIT_NAME).fns.migrate_batch.__globals__["calls"]
 
     for validate in (False, True):
         calls.clear()
-        report = kit.dry_run_background(SPLIT_NAME, first=10, validate=validate)
+        report = kit.background.dry_run(SPLIT_NAME, first=10, validate=validate)
         assert calls == [7, 3]  # in batches of batch_size, each document once
         by_id = {doc.id: doc for doc in report.documents}
         assert by_id[5].failed and by_id[5].reason == "shape"
@@ -292,14 +293,14 @@ def test_a_registered_migration_is_previewed_by_its_registration_and_its_state_i
 ) -> None:
     seed_users(db, 50)
     write_background(migrations)
-    kit.up()
+    kit.runs.up()
     state_before = db.migronaut_background.find_one({"_id": SPLIT_NAME})
     assert state_before is not None
     changelog_before = list(db.migronaut_changelog.find())
     before = users_hash(db)
 
     for validate in (False, True):
-        report = kit.dry_run_background(SPLIT_NAME, first=5, validate=validate)
+        report = kit.background.dry_run(SPLIT_NAME, first=5, validate=validate)
         assert report.registered is True and report.status == "pending"
         assert report.file_changed is False
         assert ids(report) == [0, 1, 2, 3, 4]
@@ -313,7 +314,7 @@ def test_a_registered_migration_is_previewed_by_its_registration_and_its_state_i
 
     # The registered spec rules: an edited file runs its functions with it, and says so.
     write_background(migrations, batch_size=7)
-    edited = kit.dry_run_background(SPLIT_NAME, first=3)
+    edited = kit.background.dry_run(SPLIT_NAME, first=3)
     assert edited.file_changed is True and ids(edited) == [0, 1, 2]
     assert db.migronaut_background.find_one({"_id": SPLIT_NAME}) == state_before
 
@@ -323,13 +324,13 @@ def test_a_registered_revert_is_previewed_in_its_direction(
 ) -> None:
     seed_users(db, 30)
     write_background(migrations)
-    kit.up()
-    assert kit.run_background(SPLIT_NAME)["status"] == "completed"
-    kit.down()
-    assert kit.background_status(SPLIT_NAME)["direction"] == "revert"
+    kit.runs.up()
+    assert kit_json.run(kit, SPLIT_NAME)["status"] == "completed"
+    kit.runs.down()
+    assert kit_json.status(kit, SPLIT_NAME)["direction"] == "revert"
     before = users_hash(db)
 
-    report = kit.dry_run_background(SPLIT_NAME, first=3, validate=True)
+    report = kit.background.dry_run(SPLIT_NAME, first=3, validate=True)
 
     assert report.direction == "revert"
     assert ids(report) == [0, 1, 2]
@@ -354,17 +355,17 @@ def test_options_are_checked_before_anything_runs(
     ]
     for options in bad:
         with pytest.raises(ConfigInvalidError):
-            kit.dry_run_background(SPLIT_NAME, **options)
-    assert kit.dry_run_background(SPLIT_NAME, first=10_000).totals["documents"] == 5
+            kit.background.dry_run(SPLIT_NAME, **options)
+    assert kit.background.dry_run(SPLIT_NAME, first=10_000).totals["documents"] == 5
 
     step_name = "20240102000000_step_thing"
     write_background(migrations, step_name, body=STEPS)
     # A step migration is previewed by steps (see test_transactional_and_steps.py).
-    assert kit.dry_run_background(step_name).to_dict()["steps"] == [
+    assert kit.background.dry_run(step_name).to_dict()["steps"] == [
         {"step": 1, "done": True, "counters": {}, "total": None, "checkpoint_bytes": 17}
     ]
     with pytest.raises(ConfigInvalidError):
-        kit.dry_run_background(step_name, steps=0)
+        kit.background.dry_run(step_name, steps=0)
 
 
 def test_validate_needs_transactions(
@@ -375,10 +376,10 @@ def test_validate_needs_transactions(
 ) -> None:
     seed_users(db, 5)
     write_background(migrations)
-    monkeypatch.setattr(kit.runtime, "_transactions", False)  # as a standalone answers
+    monkeypatch.setattr(kit._runtime, "_transactions", False)  # as a standalone answers
     with pytest.raises(TransactionsUnsupportedError):
-        kit.dry_run_background(SPLIT_NAME, validate=True)
-    assert kit.dry_run_background(SPLIT_NAME, first=2).totals["documents"] == 2
+        kit.background.dry_run(SPLIT_NAME, validate=True)
+    assert kit.background.dry_run(SPLIT_NAME, first=2).totals["documents"] == 2
 
 
 def test_cli_prints_the_report(
@@ -439,7 +440,7 @@ def test_an_update_pipeline_is_previewed_by_the_server_and_validated_in_an_abort
     write_background(migrations, body=UPDATE_PIPELINE)
     before = users_hash(db)
 
-    plain = kit.dry_run_background(SPLIT_NAME, first=10)
+    plain = kit.background.dry_run(SPLIT_NAME, first=10)
 
     assert users_hash(db) == before
     assert bookkeeping(db) == dict.fromkeys(bookkeeping(db), 0)
@@ -453,7 +454,7 @@ def test_an_update_pipeline_is_previewed_by_the_server_and_validated_in_an_abort
         assert by_id[doc_id].unset_fields == ("name",)
     assert_value_free(plain, SECRET, "First1", "Last1")
 
-    validated = kit.dry_run_background(SPLIT_NAME, first=10, validate=True)
+    validated = kit.background.dry_run(SPLIT_NAME, first=10, validate=True)
 
     assert users_hash(db) == before
     assert db.users.count_documents({"_v": 2}) == 0

@@ -63,7 +63,7 @@ def test_a_validating_dry_run_rolls_back_writes_made_without_the_session(
     migrations = tmp_path / "migrations"
     write_background(migrations, body=SIDE_WRITES)
     with make_kit(mongo_uri, db, migrations) as kit:
-        report = kit.dry_run_background(SPLIT_NAME, first=12, validate=True).to_dict()
+        report = kit.background.dry_run(SPLIT_NAME, first=12, validate=True).to_dict()
     assert report["totals"]["errors"] == 0
     assert report["totals"]["would_change"] == 12
     assert "audit" not in db.list_collection_names()
@@ -77,7 +77,7 @@ def test_a_plain_preview_refuses_writes_and_writes_nothing(
     migrations = tmp_path / "migrations"
     write_background(migrations, body=SIDE_WRITES)
     with make_kit(mongo_uri, db, migrations) as kit:
-        report = kit.dry_run_background(SPLIT_NAME, first=4).to_dict()
+        report = kit.background.dry_run(SPLIT_NAME, first=4).to_dict()
     assert report["totals"]["errors"] == 4
     errors = {document["error"] for document in report["documents"]}
     assert errors == {
@@ -94,7 +94,7 @@ def test_a_write_to_the_state_collection_is_refused_even_with_the_session(
     migrations = tmp_path / "migrations"
     write_background(migrations, body=STATE_WRITE)
     with make_kit(mongo_uri, db, migrations) as kit:
-        report = kit.dry_run_background(SPLIT_NAME, first=3, validate=True).to_dict()
+        report = kit.background.dry_run(SPLIT_NAME, first=3, validate=True).to_dict()
     assert {document["reason"] for document in report["documents"]} == {"transform"}
     assert all(
         "migronaut's own collections are never written" in document["error"]
@@ -110,9 +110,9 @@ def test_a_step_dry_run_rolls_back_unsessioned_writes_and_refuses_the_state(
     migrations = tmp_path / "migrations"
     write_background(migrations, body=STEP_WRITES)
     with make_kit(mongo_uri, db, migrations) as kit:
-        kit.up()
+        kit.runs.up()
         state = db.migronaut_background.find_one({"_id": SPLIT_NAME})
-        report = kit.dry_run_background(SPLIT_NAME, steps=5)
+        report = kit.background.dry_run(SPLIT_NAME, steps=5)
     assert isinstance(report, StepDryRunReport)
     steps = report.to_dict()["steps"]
     assert [step.get("counters") for step in steps[:2]] == [{"processed": 1}] * 2

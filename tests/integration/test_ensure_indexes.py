@@ -9,6 +9,7 @@ import pytest
 from pymongo.database import Database
 
 from migronaut_core import IndexMissingError, Migronaut
+from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 from tests.support.runner import write_migration
 
@@ -62,7 +63,7 @@ def test_without_the_indexes_up_names_them_all_and_writes_nothing(
     before = _index_sets(db)
     kit = make_kit(mongo_uri, db, migrations, ensure_indexes=False)
     with kit, pytest.raises(IndexMissingError) as raised:
-        kit.up()
+        kit.runs.up()
     assert raised.value.code == "INDEX_MISSING"
     assert raised.value.context["missing"] == OWN_INDEXES
     assert "migronaut_changelog {status: 1, applied_at: 1}" in raised.value.message
@@ -79,9 +80,9 @@ def test_with_the_indexes_created_beforehand_everything_runs_and_creates_none(
     _create_as_an_admin_would(db, OWN_INDEXES)
     before = _index_sets(db)
     with make_kit(mongo_uri, db, migrations, ensure_indexes=False) as kit:
-        kit.up()
-        view = kit.run_background(SPLIT_NAME)
-        kit.down()
+        kit.runs.up()
+        view = kit_json.run(kit, SPLIT_NAME)
+        kit.runs.down()
     assert view["status"] == "completed"
     assert db.users.count_documents({"_v": 2}) == 50
     after = _index_sets(db)  # the lock collection is new, with only its _id index
@@ -102,14 +103,14 @@ def test_converge_checks_the_version_indexes_and_creates_none(
     db.orders.create_index([("schema", 1), ("_id", 1)], name="made_by_the_dba")
     with Migronaut(migrations_dir=str(tmp_path), ensure_indexes=False, **options) as kit:
         with pytest.raises(IndexMissingError) as raised:
-            kit.converge()
+            kit.runs.converge()
         assert raised.value.context["missing"] == [
             {"collection": "users", "key": [["_v", 1], ["_id", 1]]}
         ]
         assert "users {_v: 1, _id: 1}" in raised.value.message
         assert set(db.users.index_information()) == {"_id_"}
         db.users.create_index([("_v", 1), ("_id", 1)])
-        report = kit.converge().to_dict()
+        report = kit.runs.converge().to_dict()
     assert report["created"] == 0
     assert [(c["collection"], c["action"]) for c in report["collections"]] == [
         ("users", "exists"),

@@ -15,6 +15,7 @@ from pymongo import MongoClient
 from pymongo.database import Database
 
 from migronaut_core import ConfigInvalidError, Migronaut
+from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, write_background
 from tests.support.registration_kill import DIE_BEFORE_CHANGELOG_ENV
 from tests.support.runner import write_migration
@@ -53,21 +54,21 @@ def test_down_reverts_by_the_spec_registered_at_up_not_the_edited_file(
     _seed_declared(db, 120)
     path = write_background(migrations, body=DECLARED_SPLIT)
     with make_kit(mongo_uri, db, migrations, collections_dir=str(definitions)) as kit:
-        kit.up()
-        assert kit.run_background(SPLIT_NAME)["status"] == "completed"
+        kit.runs.up()
+        assert kit_json.run(kit, SPLIT_NAME)["status"] == "completed"
     assert db.users.count_documents({"sv": 2, "first": {"$exists": True}}) == 120
 
     # Since: the file now says 2 -> 5, and the definitions do not load at all.
     path.write_text(path.read_text().replace('"to": 2', '"to": 5'))
     (definitions / "users.toml").write_text("versioning = {\n")
     with make_kit(mongo_uri, db, migrations, collections_dir=str(definitions)) as kit:
-        result = kit.down()
+        result = kit.runs.down()
         assert [item.status for item in result.migrations] == ["reverted"]
         state = db.migronaut_background.find_one({"_id": SPLIT_NAME})
         assert state is not None
         assert state["direction"] == "revert"
         assert (state["spec"]["field"], state["spec"]["from"], state["spec"]["to"]) == ("sv", 1, 2)
-        assert kit.run_background(SPLIT_NAME)["status"] == "completed"
+        assert kit_json.run(kit, SPLIT_NAME)["status"] == "completed"
     assert db.users.count_documents({"sv": 1, "name": {"$exists": True}}) == 120
 
 
@@ -121,8 +122,8 @@ def test_without_transactions_a_killed_registration_is_completed_by_the_next_up(
     assert registered is not None
     # A lane may pick it up meanwhile: what it did is not thrown away by the next up.
     with make_kit(standalone_uri, db, migrations, lock_ttl_seconds=LOCK_TTL) as kit:
-        assert kit.run_background(SPLIT_NAME)["status"] == "completed"
-        result = kit.up(wait_for_lock_seconds=LOCK_TTL * 5)
+        assert kit_json.run(kit, SPLIT_NAME)["status"] == "completed"
+        result = kit.runs.up(wait_for_lock_seconds=LOCK_TTL * 5)
     assert [(item.name, item.status) for item in result.migrations] == [(SPLIT_NAME, "registered")]
     assert [record["status"] for record in _records(db, SPLIT_NAME)] == ["applied"]
     states = list(db.migronaut_background.find({"_id": SPLIT_NAME}))
@@ -159,7 +160,7 @@ def test_with_transactions_a_killed_registration_leaves_nothing_behind(
     assert db.migronaut_background.find_one({"_id": SPLIT_NAME}) is None
 
     with make_kit(mongo_uri, db, migrations, lock_ttl_seconds=LOCK_TTL) as kit:
-        result = kit.up(wait_for_lock_seconds=LOCK_TTL * 5)
+        result = kit.runs.up(wait_for_lock_seconds=LOCK_TTL * 5)
     assert [(item.name, item.status) for item in result.migrations] == [(SPLIT_NAME, "registered")]
     assert [record["status"] for record in _records(db, SPLIT_NAME)] == ["applied"]
     assert db.migronaut_background.count_documents({"_id": SPLIT_NAME}) == 1
@@ -180,7 +181,7 @@ def test_requiring_a_later_migration_is_refused_before_anything_is_written(
     )
     write_background(migrations, later)
     with pytest.raises(ConfigInvalidError) as raised:
-        kit.up(on_background_pending="stop")
+        kit.runs.up(on_background_pending="stop")
     assert raised.value.context == {
         "key": "requires",
         "name": "20240201000000_needs_later",

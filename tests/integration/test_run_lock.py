@@ -56,7 +56,7 @@ def test_concurrent_threads_apply_each_migration_once(
         with _kit(mongo_uri, db, tmp_path) as kit:
             start.wait()
             try:
-                result = kit.up(wait_for_lock_seconds=30)
+                result = kit.runs.up(wait_for_lock_seconds=30)
                 applied.extend(item.name for item in result.migrations)
             except BaseException as exc:
                 failures.append(exc)
@@ -96,7 +96,7 @@ def test_a_second_run_without_wait_gets_lock_already_held(
     holder.acquire()
     try:
         with _kit(mongo_uri, db, tmp_path) as kit, pytest.raises(LockAlreadyHeldError) as raised:
-            kit.up()
+            kit.runs.up()
         assert raised.value.context["holder"]["requested_by"] == "other-run"
         assert "other-run" in raised.value.message
         result = subprocess.run(
@@ -138,9 +138,9 @@ def test_a_killed_runs_lock_expires_and_the_next_run_proceeds(
         os.killpg(crashed.pid, signal.SIGKILL)
         crashed.wait()
     with _kit(mongo_uri, db, tmp_path, lock_ttl_seconds=2) as kit:
-        info = kit.inspect_lock()
+        info = kit.runs.inspect_lock()
         assert info is not None
-        result = kit.up(wait_for_lock_seconds=20)
+        result = kit.runs.up(wait_for_lock_seconds=20)
     assert [m.name for m in result.migrations] == [NAMES[0]]
     assert db.runs.find_one({"_id": NAMES[0]})["n"] == 1
 

@@ -11,6 +11,7 @@ from pymongo.database import Database
 
 from migronaut_core import IrreversibleMigrationError, Migronaut
 from migronaut_core.changelog import Actor
+from tests.support import kit_json
 from tests.support.background import write_background
 from tests.support.cli import configure, migronaut
 from tests.support.runner import write_migration
@@ -51,7 +52,7 @@ def snapshot(db: Database[dict[str, Any]]) -> dict[str, Any]:
 def test_up_plan_on_a_fresh_database_lists_the_run_and_creates_nothing(
     kit: Migronaut, db: Database[dict[str, Any]]
 ) -> None:
-    plan = kit.plan_up()
+    plan = kit.runs.plan_up()
     assert plan.refusal is None
     assert [item.to_dict() for item in plan.migrations] == [
         {"name": A, "kind": "regular", "action": "apply", "requires": [], "waits_for": []},
@@ -77,32 +78,32 @@ def test_up_plan_on_a_fresh_database_lists_the_run_and_creates_nothing(
             "waits_for": [{"migration": ORDERS, "status": "planned"}],
         },
     ]
-    assert [item.name for item in kit.plan_up(to=SPLIT).migrations] == [A, SPLIT]
+    assert [item.name for item in kit.runs.plan_up(to=SPLIT).migrations] == [A, SPLIT]
     assert db.list_collection_names() == []
 
 
 def test_plans_write_nothing_not_even_the_held_lock(
     kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
 ) -> None:
-    kit.up(on_background_pending="stop")
+    kit.runs.up(on_background_pending="stop")
     write_background(
         migrations,
         ONE_WAY,
         body='background = {"collection": "users", "from": 5, "to": 6}\n\n'
         "def migrate(doc, ctx):\n    return doc\n",
     )
-    kit.up(only=ONE_WAY)
+    kit.runs.up(only=ONE_WAY)
     db.users.insert_one({"_id": 1, "_v": 5})
-    assert kit.run_background(ONE_WAY)["status"] == "completed"
-    holder = kit.runner.run_lock(Actor(requested_by="someone"))
+    assert kit_json.run(kit, ONE_WAY)["status"] == "completed"
+    holder = kit._runner.run_lock(Actor(requested_by="someone"))
     holder.acquire()
     try:
         before = snapshot(db)
-        up = kit.plan_up()
+        up = kit.runs.plan_up()
         assert [(item.name, item.waits_for) for item in up.migrations] == [
             (NEEDS, ({"migration": ORDERS, "status": "blocked"},))
         ]
-        down = kit.plan_down(to=A)
+        down = kit.runs.plan_down(to=A)
         assert [(item.name, item.action) for item in down.migrations] == [
             (ONE_WAY, "withdraw"),
             (ORDERS, "withdraw"),

@@ -41,7 +41,7 @@ def test_up_applies_all_pending_in_order_and_records_them(
 ) -> None:
     for name in (B, A):
         write_migration(migrations, name)
-    result = kit.up(requested_by="ana", reason="release 7")
+    result = kit.runs.up(requested_by="ana", reason="release 7")
     assert [item.name for item in result.migrations] == [A, B]
     assert {item.status for item in result.migrations} == {"applied"}
     assert runs(db) == {A: 1, B: 1}
@@ -53,32 +53,32 @@ def test_up_applies_all_pending_in_order_and_records_them(
     assert record["run_id"] == result.run_id
     assert len(record["checksum"]) == 64
     assert record["description"] == "counts its runs"
-    assert kit.up().migrations == ()
+    assert kit.runs.up().migrations == ()
 
 
 def test_up_to_and_only(kit: Migronaut, db: Database[dict[str, Any]], migrations: Path) -> None:
     for name in (A, B, C):
         write_migration(migrations, name)
-    assert [m.name for m in kit.up(to=B).migrations] == [A, B]
-    assert [m.name for m in kit.up(only=C).migrations] == [C]
+    assert [m.name for m in kit.runs.up(to=B).migrations] == [A, B]
+    assert [m.name for m in kit.runs.up(only=C).migrations] == [C]
     assert runs(db) == {A: 1, B: 1, C: 1}
     with pytest.raises(ConfigInvalidError):
-        kit.up(to=A, only=B)
+        kit.runs.up(to=A, only=B)
 
 
 def test_unknown_target_name_is_an_error(kit: Migronaut, migrations: Path) -> None:
     write_migration(migrations, A)
     with pytest.raises(MigrationFileNotFoundError):
-        kit.up(to="20990101000000_missing")
+        kit.runs.up(to="20990101000000_missing")
     with pytest.raises(MigrationInvalidNameError):
-        kit.up(only="../../etc/passwd")
+        kit.runs.up(only="../../etc/passwd")
 
 
 def test_status_rows(kit: Migronaut, migrations: Path) -> None:
     write_migration(migrations, A)
     write_migration(migrations, B, 'background = {"collection": "c"}\n')
-    kit.up(only=A)
-    rows = {row.name: row.to_dict() for row in kit.status()}
+    kit.runs.up(only=A)
+    rows = {row.name: row.to_dict() for row in kit.runs.status()}
     assert rows[A]["status"] == "applied"
     assert rows[A]["checksum_ok"] is True
     assert rows[A]["kind"] == "regular"
@@ -98,23 +98,23 @@ def test_checksum_drift_shows_in_status_and_blocks_up(
     kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
 ) -> None:
     path = write_migration(migrations, A)
-    kit.up()
+    kit.runs.up()
     path.write_text(path.read_text() + "\n# edited after it was applied\n")
     write_migration(migrations, B)
-    row = next(row for row in kit.status() if row.name == A)
+    row = next(row for row in kit.runs.status() if row.name == A)
     assert row.checksum_ok is False
     with pytest.raises(ChecksumMismatchError) as raised:
-        kit.up()
+        kit.runs.up()
     assert raised.value.context["names"] == [A]
     assert B not in runs(db)
-    assert [m.name for m in kit.up(allow_checksum_mismatch=True).migrations] == [B]
+    assert [m.name for m in kit.runs.up(allow_checksum_mismatch=True).migrations] == [B]
 
 
 def test_status_shows_applied_records_whose_file_is_gone(kit: Migronaut, migrations: Path) -> None:
     path = write_migration(migrations, A)
-    kit.up()
+    kit.runs.up()
     path.unlink()
-    row = kit.status()[0].to_dict()
+    row = kit.runs.status()[0].to_dict()
     assert row["status"] == "applied"
     assert row["file_missing"] is True
     assert row["checksum_ok"] is None
@@ -125,14 +125,14 @@ def test_down_reverts_last_then_to_a_name(
 ) -> None:
     for name in (A, B, C):
         write_migration(migrations, name)
-    kit.up()
-    assert [m.name for m in kit.down().migrations] == [C]
+    kit.runs.up()
+    assert [m.name for m in kit.runs.down().migrations] == [C]
     assert runs(db) == {A: 1, B: 1, C: 0}
-    kit.up()
-    result = kit.down(to=A)
+    kit.runs.up()
+    result = kit.runs.down(to=A)
     assert [m.name for m in result.migrations] == [C, B]
     assert {m.status for m in result.migrations} == {"reverted"}
-    assert [row.status for row in kit.status()] == ["applied", "pending", "pending"]
+    assert [row.status for row in kit.runs.status()] == ["applied", "pending", "pending"]
 
 
 def test_down_errors_change_nothing(
@@ -141,18 +141,18 @@ def test_down_errors_change_nothing(
     write_migration(migrations, A)
     write_migration(migrations, B, "def up(ctx):\n    pass\n")
     write_migration(migrations, C)
-    kit.up()
+    kit.runs.up()
     with pytest.raises(NotAppliedError):
-        kit.down(to="20990101000000_never")
+        kit.runs.down(to="20990101000000_never")
     with pytest.raises(IrreversibleMigrationError) as raised:
-        kit.down(to=A)
+        kit.runs.down(to=A)
     assert raised.value.context["name"] == B
     assert runs(db) == {A: 1, C: 1}
     assert db.migronaut_changelog.count_documents({"status": "applied"}) == 3
 
 
 def test_down_with_nothing_applied_is_a_no_op(kit: Migronaut) -> None:
-    assert kit.down().migrations == ()
+    assert kit.runs.down().migrations == ()
 
 
 def test_a_failing_migration_stops_the_run_and_is_remembered(
@@ -164,17 +164,17 @@ def test_a_failing_migration_stops_the_run_and_is_remembered(
     )
     write_migration(migrations, C)
     with pytest.raises(MigrationFailedError) as raised:
-        kit.up()
+        kit.runs.up()
     assert "secret-customer-value" not in raised.value.message
     assert raised.value.context["error_type"] == "KeyError"
     assert isinstance(raised.value.__cause__, KeyError)
     assert runs(db) == {A: 1}
-    row = next(row for row in kit.status() if row.name == B)
+    row = next(row for row in kit.runs.status() if row.name == B)
     assert row.status == "pending"
     assert row.last_error is not None
     assert row.last_error["code"] == "MIGRATION_FAILED"
     failing.write_text("def up(ctx):\n    pass\n")
-    assert [m.name for m in kit.up().migrations] == [B, C]
+    assert [m.name for m in kit.runs.up().migrations] == [B, C]
     assert db.migronaut_lock.find_one({"_id": "migrations"})["owner"] is None
 
 
@@ -193,7 +193,7 @@ def test_a_broken_module_fails_the_run_before_anything_is_written(
     write_migration(migrations, A)
     write_migration(migrations, B, body)
     with pytest.raises(MigrationInvalidExportError):
-        kit.up()
+        kit.runs.up()
     assert runs(db) == {}
     assert db.migronaut_changelog.count_documents({}) == 0
 
@@ -205,7 +205,7 @@ def test_a_misnamed_file_fails_before_connecting_or_writing(
     (migrations / "add_index.py").write_text("def up(ctx): pass\n")
     kit = Migronaut(uri=mongo_uri, database=db.name, migrations_dir=str(migrations))
     with kit, pytest.raises(MigrationInvalidNameError):
-        kit.up()
+        kit.runs.up()
     assert db.name not in db.client.list_database_names()
 
 
@@ -238,7 +238,7 @@ def test_transaction_rolls_back_the_migration_and_its_record(
         ) as kit,
         pytest.raises(MigrationFailedError),
     ):
-        kit.up()
+        kit.runs.up()
     assert db.items.count_documents({}) == 0
     assert db.migronaut_changelog.count_documents({"status": "applied"}) == 0
 
@@ -260,14 +260,14 @@ def test_a_migration_that_loses_the_lock_records_nothing(
         """,
     )
     with pytest.raises(LockLostError):
-        kit.up()
+        kit.runs.up()
     assert db.migronaut_changelog.count_documents({"status": "applied"}) == 0
 
 
 def test_create_writes_loadable_templates(kit: Migronaut, migrations: Path) -> None:
-    regular = kit.create("add created index")
-    background = kit.create("split names", background=True)
+    regular = kit.runs.create("add created index")
+    background = kit.runs.create("split names", background=True)
     assert regular.parent == migrations.resolve()
-    rows = {row.name: row for row in kit.status()}
+    rows = {row.name: row for row in kit.runs.status()}
     assert rows[regular.stem].kind == "regular"
     assert rows[background.stem].kind == "background"

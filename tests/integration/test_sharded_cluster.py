@@ -20,6 +20,7 @@ import pytest
 from pymongo import MongoClient
 from pymongo.database import Database
 
+from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 
 Doc = dict[str, Any]
@@ -94,14 +95,14 @@ def test_twenty_thousand_documents_on_a_sharded_cluster(
             time.sleep(0.05)
 
     with make_kit(mongo_uri, db, migrations, collections=VERSIONED, lock_ttl_seconds=5) as kit:
-        report = kit.converge()
+        report = kit.runs.converge()
         assert report.collections[0].sharding == "shard"
         assert report.collections[0].index == {"_v": 1, **key, "_id": 1}
-        kit.up()
+        kit.runs.up()
         sampler = threading.Thread(target=sample)
         sampler.start()
         try:
-            view = kit.run_background(SPLIT_NAME, concurrency=6)
+            view = kit_json.run(kit, SPLIT_NAME, concurrency=6)
         finally:
             stop.set()
             sampler.join()

@@ -35,6 +35,7 @@ from migronaut_core.background.job import job_for
 from migronaut_core.background.planning.partition import find
 from migronaut_core.background.planning.shard import UNKNOWN, ShardCatalog, Sharding
 from migronaut_core.errors import ConfigInvalidError
+from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 
 Doc = dict[str, Any]
@@ -109,7 +110,7 @@ def record_cluster(
 
 def as_cluster(kit: Migronaut, config_db: Database[Doc]) -> None:
     """Make the kit see a sharded cluster whose metadata is the recorded one."""
-    kit.runtime.catalog = ShardCatalog(kit.client, config_db=config_db, sharded=True)
+    kit._runtime.catalog = ShardCatalog(kit.client, config_db=config_db, sharded=True)
 
 
 def live_by_group(db: Database[Doc]) -> Counter[str | None]:
@@ -135,8 +136,8 @@ def test_an_unsharded_collection_plans_and_runs_by_id(
     db.users.create_index([("_v", 1), ("_id", 1)])
     write_background(migrations, max_parallel=4)
     with make_kit(mongo_uri, db, migrations, background_shard_aware=mode) as kit:
-        kit.up()
-        view = kit.run_background(SPLIT_NAME, concurrency=4)
+        kit.runs.up()
+        view = kit_json.run(kit, SPLIT_NAME, concurrency=4)
     assert view["status"] == "completed" and view["totals"]["migrated"] == 5_000
     plan = db.migronaut_background.find_one({"_id": SPLIT_NAME})["plan"]
     assert plan["partitioner"] == "id-range" and plan["method"] == "sample"
@@ -157,8 +158,8 @@ def test_off_keeps_id_ranges_on_a_sharded_collection(
     write_background(migrations, max_parallel=2)
     with make_kit(mongo_uri, db, migrations, background_shard_aware="off") as kit:
         as_cluster(kit, config_db)
-        kit.up()
-        view = kit.run_background(SPLIT_NAME, concurrency=2)
+        kit.runs.up()
+        view = kit_json.run(kit, SPLIT_NAME, concurrency=2)
     assert view["status"] == "completed" and view["sharding"] == {"mode": "off"}
     assert db.migronaut_background.find_one({"_id": SPLIT_NAME})["plan"]["partitioner"] == (
         "id-range"
@@ -177,12 +178,12 @@ def test_converge_creates_the_version_index_and_batches_use_it(
     seed_users(db, 3_000)
     write_background(migrations, batch_size=250, max_parallel=2)
     with make_kit(mongo_uri, db, migrations, collections=VERSIONED, lock_ttl_seconds=5) as kit:
-        kit.up()
+        kit.runs.up()
         with caplog.at_level(logging.WARNING):
-            kit.coordinate_background(SPLIT_NAME)
+            kit.background.coordinate(SPLIT_NAME)
         assert any("has no {_v: 1, _id: 1} index" in r.getMessage() for r in caplog.records)
 
-        report = kit.converge()
+        report = kit.runs.converge()
         assert [item.to_dict() for item in report.collections] == [
             {
                 "collection": "users",
@@ -192,11 +193,11 @@ def test_converge_creates_the_version_index_and_batches_use_it(
                 "sharding": "off",
             }
         ]
-        assert kit.converge().collections[0].action == "exists"  # idempotent, never drops
+        assert kit.runs.converge().collections[0].action == "exists"  # idempotent, never drops
         caplog.clear()
         db.command("profile", 2)
         with caplog.at_level(logging.WARNING):
-            view = kit.run_background(SPLIT_NAME, concurrency=2)
+            view = kit_json.run(kit, SPLIT_NAME, concurrency=2)
         db.command("profile", 0)
     assert view["status"] == "completed"
     assert not [r for r in caplog.records if "index" in r.getMessage()], "still warned"
@@ -213,11 +214,11 @@ def test_the_batch_query_of_a_lane_reads_the_version_index(
     seed_users(db, 2_000)
     write_background(migrations, batch_size=100, max_parallel=2)
     with make_kit(mongo_uri, db, migrations, collections=VERSIONED, lock_ttl_seconds=5) as kit:
-        kit.up()
-        kit.converge()
-        kit.coordinate_background(SPLIT_NAME)
+        kit.runs.up()
+        kit.runs.converge()
+        kit.background.coordinate(SPLIT_NAME)
         state = db.migronaut_background.find_one({"_id": SPLIT_NAME})
-        job = job_for(kit.runtime, SPLIT_NAME, state)
+        job = job_for(kit._runtime, SPLIT_NAME, state)
         partition = db.migronaut_background_partitions.find_one({"migration": SPLIT_NAME})
         query = job.partitioner.batch_query(
             partition["scope"], {}, limit=100, match=job.match, hint=job.hint
@@ -243,11 +244,11 @@ def test_a_spec_takes_its_versioning_from_the_definition(
     )
     write_background(migrations)  # its spec names no field: the definition's applies
     with make_kit(mongo_uri, db, migrations, collections_dir=str(definitions)) as kit:
-        kit.up()
+        kit.runs.up()
         spec = db.migronaut_background.find_one({"_id": SPLIT_NAME})["spec"]
         assert (spec["field"], spec["revision_field"]) == ("ver", "rev")
-        view = kit.run_background(SPLIT_NAME)
-        report = kit.converge()
+        view = kit_json.run(kit, SPLIT_NAME)
+        report = kit.runs.converge()
     assert view["status"] == "completed"
     assert db.users.count_documents({"ver": 2, "rev": 1}) == 50
     assert [(item.collection, item.action, item.index) for item in report.collections] == [
@@ -265,7 +266,7 @@ def test_a_spec_that_contradicts_the_definition_is_refused_before_anything_is_wr
         make_kit(mongo_uri, db, migrations, collections=collections) as kit,
         pytest.raises(ConfigInvalidError) as raised,
     ):
-        kit.up()
+        kit.runs.up()
     assert raised.value.context["key"] == "field"
     assert "declared versioning" in raised.value.message
     assert db.migronaut_background.count_documents({}) == 0
@@ -311,15 +312,15 @@ def test_a_sharded_collection_is_split_per_shard_and_capped_per_shard(
 
     with make_kit(mongo_uri, db, migrations, collections=VERSIONED, lock_ttl_seconds=5) as kit:
         as_cluster(kit, config_db)
-        report = kit.converge()
+        report = kit.runs.converge()
         assert report.collections[0].index == {"_v": 1, "n": 1, "_id": 1}
         assert report.collections[0].sharding == "shard"
-        kit.up()
+        kit.runs.up()
         sampler = threading.Thread(target=sample)
         sampler.start()
         try:
             db.command("profile", 2)
-            view = kit.run_background(SPLIT_NAME, concurrency=6)
+            view = kit_json.run(kit, SPLIT_NAME, concurrency=6)
         finally:
             db.command("profile", 0)
             stop.set()
@@ -354,9 +355,9 @@ def test_a_hashed_shard_key_is_read_by_hash_ranges(
     write_background(migrations, batch_size=500, max_parallel=4, extra='"shard_concurrency": 2,')
     with make_kit(mongo_uri, db, migrations, collections=VERSIONED, lock_ttl_seconds=5) as kit:
         as_cluster(kit, config_db)
-        assert kit.converge().collections[0].index == {"_v": 1, "n": "hashed", "_id": 1}
-        kit.up()
-        view = kit.run_background(SPLIT_NAME, concurrency=4)
+        assert kit.runs.converge().collections[0].index == {"_v": 1, "n": "hashed", "_id": 1}
+        kit.runs.up()
+        view = kit_json.run(kit, SPLIT_NAME, concurrency=4)
     assert view["status"] == "completed"
     assert view["totals"]["migrated"] == 12_000  # every document once, none twice
     assert view["sharding"]["mode"] == "sampled" and view["sharding"]["groups"] == 3
@@ -375,11 +376,11 @@ def test_every_document_falls_in_exactly_one_planned_scope(
     write_background(migrations, max_parallel=4)
     with make_kit(mongo_uri, db, migrations, collections=VERSIONED, lock_ttl_seconds=5) as kit:
         as_cluster(kit, config_db)
-        kit.converge()
-        kit.up()
-        kit.coordinate_background(SPLIT_NAME)
+        kit.runs.converge()
+        kit.runs.up()
+        kit.background.coordinate(SPLIT_NAME)
         state = db.migronaut_background.find_one({"_id": SPLIT_NAME})
-        job = job_for(kit.runtime, SPLIT_NAME, state)
+        job = job_for(kit._runtime, SPLIT_NAME, state)
     scopes = [
         p["scope"] for p in db.migronaut_background_partitions.find({"migration": SPLIT_NAME})
     ]
@@ -402,23 +403,23 @@ def test_a_reshard_makes_lanes_stale_and_the_coordinator_replan(
     write_background(migrations, batch_size=200, max_parallel=2)
     with make_kit(mongo_uri, db, migrations, collections=VERSIONED, lock_ttl_seconds=5) as kit:
         as_cluster(kit, config_db)
-        kit.converge()
-        kit.up()
-        assert kit.coordinate_background(SPLIT_NAME).next == "process"
+        kit.runs.converge()
+        kit.runs.up()
+        assert kit.background.coordinate(SPLIT_NAME).next == "process"
         first = db.migronaut_background.find_one({"_id": SPLIT_NAME})["plan"]
-        assert kit.run_background_slice(SPLIT_NAME, slice_ms=100).outcome in (
+        assert kit.background.run_slice(SPLIT_NAME, slice_ms=100).outcome in (
             "yielded",
             "exhausted",
         )
 
         record_cluster(config_db, namespace, {"n": 1}, [1_000, 4_000], ["s1", "s0", "s2"], epoch=2)
-        assert kit.run_background_slice(SPLIT_NAME).outcome == "stale"
-        kit.coordinate_background(SPLIT_NAME)
+        assert kit.background.run_slice(SPLIT_NAME).outcome == "stale"
+        kit.background.coordinate(SPLIT_NAME)
         state = db.migronaut_background.find_one({"_id": SPLIT_NAME})
         assert state["plan"]["token"] != first["token"]
         assert state["plan"]["epoch"] != first["epoch"]
         assert state["pass"] == 1  # a replan re-splits the same pass
-        view = kit.run_background(SPLIT_NAME, concurrency=2)
+        view = kit_json.run(kit, SPLIT_NAME, concurrency=2)
     assert view["status"] == "completed"
     assert view["totals"]["migrated"] == 6_000
     assert view["sharding"]["groups"] == 3
@@ -444,9 +445,9 @@ def test_a_transform_that_moves_a_document_between_chunks_is_a_document_error(
     )
     with make_kit(mongo_uri, db, migrations, collections=VERSIONED, lock_ttl_seconds=5) as kit:
         as_cluster(kit, config_db)
-        kit.converge()
-        kit.up()
-        view = kit.run_background(SPLIT_NAME, concurrency=2)
+        kit.runs.converge()
+        kit.runs.up()
+        view = kit_json.run(kit, SPLIT_NAME, concurrency=2)
     assert view["status"] == "completed"
     assert view["failed_documents"] == 10
     assert {sample["reason"] for sample in view["failed_document_samples"]} == {"shard-key"}
@@ -468,11 +469,11 @@ def test_an_unreadable_shard_key_splits_by_id_untargeted_and_says_so_once(
     db.users.create_index([("_v", 1), ("_id", 1)])
     write_background(migrations, max_parallel=2)
     with make_kit(mongo_uri, db, migrations, collections=VERSIONED, lock_ttl_seconds=5) as kit:
-        kit.runtime.catalog = _NoPrivilege(kit.client, sharded=True)
-        assert kit.converge().collections[0].sharding == "unknown"
-        kit.up()
+        kit._runtime.catalog = _NoPrivilege(kit.client, sharded=True)
+        assert kit.runs.converge().collections[0].sharding == "unknown"
+        kit.runs.up()
         with caplog.at_level(logging.WARNING):
-            view = kit.run_background(SPLIT_NAME, concurrency=2)
+            view = kit_json.run(kit, SPLIT_NAME, concurrency=2)
     assert view["status"] == "completed"
     assert view["sharding"] == {"mode": "untargeted"}
     warned = [r for r in caplog.records if "shard key cannot be read" in r.getMessage()]
@@ -492,10 +493,10 @@ def test_a_missing_sharded_version_index_leaves_writes_targeted(
     write_background(migrations, max_parallel=2)
     with make_kit(mongo_uri, db, migrations) as kit:
         as_cluster(kit, config_db)
-        kit.up()
+        kit.runs.up()
         with caplog.at_level(logging.WARNING):
             db.command("profile", 2)
-            view = kit.run_background(SPLIT_NAME, concurrency=2)
+            view = kit_json.run(kit, SPLIT_NAME, concurrency=2)
             db.command("profile", 0)
     assert view["status"] == "completed"
     assert view["sharding"] == {"mode": "untargeted", "key": {"n": 1}}
@@ -511,9 +512,9 @@ def test_the_drift_probe_uses_the_sharded_version_index(
     write_background(migrations)
     with make_kit(mongo_uri, db, migrations, collections=VERSIONED, lock_ttl_seconds=5) as kit:
         as_cluster(kit, config_db)
-        kit.converge()
-        state_spec = kit.runtime.load(SPLIT_NAME).spec
-        assert probe_hint(kit.runtime, state_spec) == [("_v", 1), ("n", 1), ("_id", 1)]
+        kit.runs.converge()
+        state_spec = kit._runtime.load(SPLIT_NAME).spec
+        assert probe_hint(kit._runtime, state_spec) == [("_v", 1), ("n", 1), ("_id", 1)]
 
 
 def test_recorded_facts_read_through_the_catalog(
@@ -574,15 +575,15 @@ def test_a_dead_lanes_note_is_settled_after_the_shard_aware_read(
     try:
         with make_kit(mongo_uri, db, migrations, client=client, collections=VERSIONED) as kit:
             as_cluster(kit, config_db)
-            kit.converge()
-            kit.up()
-            assert kit.coordinate_background(SPLIT_NAME).next == "process"
+            kit.runs.converge()
+            kit.runs.up()
+            assert kit.background.coordinate(SPLIT_NAME).next == "process"
             # What a lane that died after noting its first batch leaves behind.
             noted = db.migronaut_background_partitions.update_many(
                 {"migration": SPLIT_NAME}, {"$set": {"inflight": {"ids": list(range(100))}}}
             )
             assert noted.modified_count == 1
-            view = kit.run_background(SPLIT_NAME)
+            view = kit_json.run(kit, SPLIT_NAME)
     finally:
         client.close()
     assert listener.landed == 50

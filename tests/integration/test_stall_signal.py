@@ -28,6 +28,7 @@ from migronaut_core import (
 )
 from migronaut_core.config import BackgroundCollections
 from migronaut_core.errors import ConfigInvalidError
+from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 
 pytestmark = [pytest.mark.integration]
@@ -44,14 +45,14 @@ def kit(mongo_uri: str, db: Database[dict[str, Any]], tmp_path: Path) -> Iterato
     # 10 ms a document: a batch of 100 takes a second, so a working lane holds its lease.
     write_background(tmp_path / "migrations", batch_size=100, per_document_seconds=0.01)
     with make_kit(mongo_uri, db, tmp_path / "migrations", lock_ttl_seconds=TTL_SECONDS) as kit:
-        kit.up()
+        kit.runs.up()
         yield kit
 
 
 def abandoned(kit: Migronaut) -> None:
     """A driver that planned, worked one slice and went away: running, no lease held."""
-    assert kit.coordinate_background(SPLIT_NAME).next == "process"
-    assert kit.run_background_slice(SPLIT_NAME, slice_ms=100).outcome in ("yielded", "exhausted")
+    assert kit.background.coordinate(SPLIT_NAME).next == "process"
+    assert kit.background.run_slice(SPLIT_NAME, slice_ms=100).outcome in ("yielded", "exhausted")
 
 
 async def wait_signal(adb: AsyncDatabase[Any], timeout: float) -> StallSignal:
@@ -70,7 +71,7 @@ async def test_an_abandoned_migration_is_signalled_once_the_stall_time_passed(
     assert signal.idle_seconds[SPLIT_NAME] >= STALL
     assert waited >= STALL - 0.3  # not before: its last checkpoint was just written
     # The rule the heal applies agrees.
-    assert kit.stalled_background(stall_seconds=STALL) == [SPLIT_NAME]
+    assert kit.background.stalled(stall_seconds=STALL) == [SPLIT_NAME]
     payload = signal.to_payload()
     assert payload["status"] == "stalled"
     assert payload["migrations"] == [SPLIT_NAME]
@@ -91,7 +92,7 @@ async def test_a_new_wait_does_not_repeat_a_signal_until_a_stall_time_passed_wit
     again = await wait_signal(adb, 30)
     assert again.migrations == (SPLIT_NAME,)
     assert time.monotonic() - fired >= STALL - 0.3
-    noted = kit.runtime.db[NAMES.drift_events].find_one({"_id": {"stall": SPLIT_NAME}})
+    noted = kit._runtime.db[NAMES.drift_events].find_one({"_id": {"stall": SPLIT_NAME}})
     assert noted is not None and noted["counters"]["fired"] == 2
 
 
@@ -102,7 +103,7 @@ async def test_a_takeover_step_quiets_it_and_a_new_stall_is_signalled_again(
     abandoned(kit)
     await wait_signal(adb, 30)
     # The takeover's coordinator step moves it: quiet for a whole stall time from then.
-    kit.coordinate_background(SPLIT_NAME)
+    kit.background.coordinate(SPLIT_NAME)
     stepped = time.monotonic()
     signal = await wait_signal(adb, 30)
     assert signal.migrations == (SPLIT_NAME,)
@@ -116,12 +117,12 @@ async def test_a_live_lease_or_a_finished_migration_is_never_signalled(
     abandoned(kit)
     # A lane holding its lease (a slice of about 4 s) keeps it quiet past the stall time.
     slice_done = asyncio.get_running_loop().run_in_executor(
-        None, lambda: kit.run_background_slice(SPLIT_NAME, slice_ms=10_000)
+        None, lambda: kit.background.run_slice(SPLIT_NAME, slice_ms=10_000)
     )
     with pytest.raises(TimeoutError):
         await wait_signal(adb, STALL * 1.5)
     await slice_done
-    assert kit.run_background(SPLIT_NAME)["status"] == "completed"
+    assert kit_json.run(kit, SPLIT_NAME)["status"] == "completed"
     with pytest.raises(TimeoutError):
         await wait_signal(adb, STALL * 1.5)
 

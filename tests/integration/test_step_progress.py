@@ -7,6 +7,7 @@ from typing import Any
 
 from pymongo.database import Database
 
+from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, write_background
 from tests.support.cli import configure, migronaut
 from tests.support.steps import COUNTED_STEPS, UNCOUNTED_STEPS
@@ -19,11 +20,11 @@ def test_a_step_total_shows_as_done_of_total_with_a_percentage_and_an_eta(
     migrations = tmp_path / "migrations"
     write_background(migrations, body=COUNTED_STEPS)
     with make_kit(mongo_uri, db, migrations) as kit:
-        kit.up()
-        kit.coordinate_background(SPLIT_NAME)
-        kit.run_background_slice(SPLIT_NAME, slice_ms=100)
-        kit.run_background_slice(SPLIT_NAME, slice_ms=100)
-        view = kit.background_status(SPLIT_NAME)
+        kit.runs.up()
+        kit.background.coordinate(SPLIT_NAME)
+        kit.background.run_slice(SPLIT_NAME, slice_ms=100)
+        kit.background.run_slice(SPLIT_NAME, slice_ms=100)
+        view = kit_json.status(kit, SPLIT_NAME)
     assert view["status"] == "running"
     assert view["progress"]["done"] == 20
     assert view["progress"]["estimate"] == 40
@@ -47,11 +48,11 @@ def test_without_a_total_a_step_migration_has_no_percentage_until_it_completes(
     migrations = tmp_path / "migrations"
     write_background(migrations, body=UNCOUNTED_STEPS)
     with make_kit(mongo_uri, db, migrations) as kit:
-        kit.up()
-        kit.coordinate_background(SPLIT_NAME)
-        kit.run_background_slice(SPLIT_NAME, slice_ms=100)
-        running = kit.background_status(SPLIT_NAME)
-        done = kit.run_background(SPLIT_NAME)
+        kit.runs.up()
+        kit.background.coordinate(SPLIT_NAME)
+        kit.background.run_slice(SPLIT_NAME, slice_ms=100)
+        running = kit_json.status(kit, SPLIT_NAME)
+        done = kit_json.run(kit, SPLIT_NAME)
     assert running["progress"]["percent"] is None
     assert running["progress"]["source"] == "plan"
     assert done["status"] == "completed"

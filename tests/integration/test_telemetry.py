@@ -16,6 +16,7 @@ from pymongo import MongoClient
 from pymongo.database import Database
 
 from migronaut_core.errors import MigronautError
+from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, write_background
 from tests.support.servers import fail_point
 from tests.support.telemetry import Captured
@@ -69,8 +70,8 @@ def test_two_lanes_report_coordinator_steps_leases_and_batches(
     write_background(migrations, batch_size=200, max_parallel=2)
     captured = Captured()
     with make_kit(mongo_uri, db, migrations, **captured.providers()) as kit:
-        kit.up()
-        view = kit.run_background(SPLIT_NAME, concurrency=2)
+        kit.runs.up()
+        view = kit_json.run(kit, SPLIT_NAME, concurrency=2)
     assert view["status"] == "completed"
     assert db.users.count_documents({"_v": 2, "first": {"$regex": f"^{MARKER}"}}) == count
 
@@ -137,9 +138,9 @@ def test_a_transient_commit_error_counts_a_transaction_retry(
         "appName": "migronaut",
     }
     with make_kit(mongo_uri, db, migrations, **captured.providers()) as kit:
-        kit.up()
+        kit.runs.up()
         with fail_point(mongo_client, transient, {"times": 2}):
-            view = kit.run_background(SPLIT_NAME)
+            view = kit_json.run(kit, SPLIT_NAME)
     assert view["status"] == "completed"
     retries = captured.total(
         "migronaut.background.transaction.retries", **{NAME: SPLIT_NAME, REASON: "transient"}
@@ -178,12 +179,12 @@ def test_slow_writes_count_a_throttle_change_by_reason(
     }
     changes: list[dict[str, Any]] = []
     with make_kit(mongo_uri, db, migrations, **captured.providers()) as kit:
-        kit.up()
-        kit.on("background:throttle", lambda event, payload: changes.append(payload))
-        kit.coordinate_background(SPLIT_NAME)
+        kit.runs.up()
+        kit.background.on("background:throttle", lambda event, payload: changes.append(payload))
+        kit.background.coordinate(SPLIT_NAME)
         with fail_point(mongo_client, slow, "alwaysOn"):
-            kit.run_background_slice(SPLIT_NAME, slice_ms=1_000)
-        view = kit.run_background(SPLIT_NAME)
+            kit.background.run_slice(SPLIT_NAME, slice_ms=1_000)
+        view = kit_json.run(kit, SPLIT_NAME)
     assert view["status"] == "completed"
     throttled = "migronaut.background.throttled"
     assert captured.total(throttled, **{NAME: SPLIT_NAME, REASON: "latency"}) >= 1
@@ -203,12 +204,12 @@ def test_a_dead_lanes_lapsed_lease_is_counted_once_when_reaped(
     write_background(migrations, batch_size=100, max_parallel=2)
     captured = Captured()
     with make_kit(mongo_uri, db, migrations, **captured.providers()) as kit:
-        kit.up()
-        assert kit.coordinate_background(SPLIT_NAME).next == "process"
-        state = kit.runtime.store.states.get(SPLIT_NAME)
+        kit.runs.up()
+        assert kit.background.coordinate(SPLIT_NAME).next == "process"
+        state = kit._runtime.store.states.get(SPLIT_NAME)
         assert state is not None
         # A lane that claimed a partition and died: its lease is never renewed.
-        dead = kit.runtime.store.leases.claim(
+        dead = kit._runtime.store.leases.claim(
             SPLIT_NAME,
             generation=state["generation"],
             plan=state["plan"]["token"],
@@ -219,9 +220,9 @@ def test_a_dead_lanes_lapsed_lease_is_counted_once_when_reaped(
         assert dead.lease is not None
         time.sleep(0.1)
         if reaper == "lane":  # its claim reaps first
-            outcome = kit.run_background_slice(SPLIT_NAME, slice_ms=100).outcome
+            outcome = kit.background.run_slice(SPLIT_NAME, slice_ms=100).outcome
             assert outcome in ("yielded", "exhausted")
-        view = kit.run_background(SPLIT_NAME, concurrency=2)
+        view = kit_json.run(kit, SPLIT_NAME, concurrency=2)
     assert view["status"] == "completed"
     assert db.users.count_documents({"_v": 2}) == 600
     reclaimed = captured.points("migronaut.background.leases.reclaimed")
@@ -237,11 +238,11 @@ def test_a_busy_coordinator_makes_no_span(
     write_background(migrations)
     captured = Captured()
     with make_kit(mongo_uri, db, migrations, **captured.providers()) as kit:
-        kit.up()
-        with kit.runtime.lock_for(SPLIT_NAME):
-            assert kit.coordinate_background(SPLIT_NAME).next == "busy"
+        kit.runs.up()
+        with kit._runtime.lock_for(SPLIT_NAME):
+            assert kit.background.coordinate(SPLIT_NAME).next == "busy"
         assert captured.spans("migronaut.background.coordinate") == []
-        assert kit.coordinate_background(SPLIT_NAME).next == "process"
+        assert kit.background.coordinate(SPLIT_NAME).next == "process"
     assert len(captured.spans("migronaut.background.coordinate")) == 1
 
 
@@ -262,10 +263,10 @@ def test_a_failed_slice_reports_its_error_type_and_never_its_message(
     write_background(migrations, body=FAILING)
     captured = Captured()
     with make_kit(mongo_uri, db, migrations, **captured.providers()) as kit:
-        kit.up()
-        kit.coordinate_background(SPLIT_NAME)
+        kit.runs.up()
+        kit.background.coordinate(SPLIT_NAME)
         with pytest.raises(MigronautError) as raised:
-            kit.run_background_slice(SPLIT_NAME)
+            kit.background.run_slice(SPLIT_NAME)
     (lease,) = captured.spans("migronaut.background.slice")
     assert lease.attributes[OUTCOME] == "error"
     assert lease.attributes["error.type"] == type(raised.value).__name__
@@ -287,13 +288,13 @@ def test_a_slice_that_fails_before_its_claim_is_measured_as_an_error(
     path = write_background(migrations)
     captured = Captured()
     with make_kit(mongo_uri, db, migrations, **captured.providers()) as kit:
-        kit.up()
-        kit.coordinate_background(SPLIT_NAME)
+        kit.runs.up()
+        kit.background.coordinate(SPLIT_NAME)
         path.write_text("def migrate(:\n")  # the file no longer imports: no job to build
         with pytest.raises(MigronautError) as raised:
-            kit.run_background_slice(SPLIT_NAME)
+            kit.background.run_slice(SPLIT_NAME)
         path.unlink()  # a deploy removed the file: the slice defers, measured as such
-        assert kit.run_background_slice(SPLIT_NAME).outcome == "deferred"
+        assert kit.background.run_slice(SPLIT_NAME).outcome == "deferred"
     assert captured.spans("migronaut.background.slice") == []
     durations = captured.points("migronaut.background.slice.duration")
     points = {point.attributes[OUTCOME]: point for point in durations}

@@ -10,6 +10,7 @@ from pymongo import MongoClient
 from pymongo.database import Database
 
 from migronaut_core.background.throttle import warning_keys
+from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 from tests.support.servers import fail_point
 
@@ -44,25 +45,25 @@ def test_adaptive_batches_shrink_under_latency_and_resume_from_the_stored_state(
         "namespace": f"{db.name}.users",
     }
     with make_kit(mongo_uri, db, migrations) as kit:
-        kit.up()
-        kit.on("background:throttle", lambda event, payload: changes.append(payload))
-        kit.on(
+        kit.runs.up()
+        kit.background.on("background:throttle", lambda event, payload: changes.append(payload))
+        kit.background.on(
             "background:batch", lambda event, payload: sizes.append(payload["counters"]["scanned"])
         )
-        kit.coordinate_background(SPLIT_NAME)
+        kit.background.coordinate(SPLIT_NAME)
         with fail_point(mongo_client, slow, "alwaysOn"):
-            kit.run_background_slice(SPLIT_NAME, slice_ms=2_500)
+            kit.background.run_slice(SPLIT_NAME, slice_ms=2_500)
         shrunk = min(sizes)
         partition = db.migronaut_background_partitions.find_one({"throttle": {"$exists": True}})
         assert partition is not None
         stored = partition["throttle"]["batch_size"]
         assert stored < 200
         # A new lane process: it resumes from the partition's state.
-        kit.runtime.throttles.forget()
+        kit._runtime.throttles.forget()
         sizes.clear()
-        kit.run_background_slice(SPLIT_NAME, slice_ms=100)
+        kit.background.run_slice(SPLIT_NAME, slice_ms=100)
         assert sizes[0] <= stored + 20
-        view = kit.run_background(SPLIT_NAME)
+        view = kit_json.run(kit, SPLIT_NAME)
     assert shrunk < 200
     assert any(change["reason"] in ("latency", "overload") for change in changes)
     assert max(sizes) > shrunk  # grew back once the latency was gone
@@ -91,9 +92,9 @@ def test_a_fixed_pause_and_the_users_throttle_slow_the_lane(
         """,
     )
     with make_kit(mongo_uri, db, migrations) as kit:
-        kit.up()
+        kit.runs.up()
         started = time.monotonic()
-        view = kit.run_background(SPLIT_NAME)
+        view = kit_json.run(kit, SPLIT_NAME)
         elapsed = time.monotonic() - started
     assert view["status"] == "completed"
     assert elapsed >= 4 * 0.15  # four batches, each after 100 ms + the throttle's 50 ms
@@ -119,13 +120,13 @@ def test_a_completed_migration_leaves_no_throttle_state_on_the_runtime(
     migrations = tmp_path / "migrations"
     write_background(migrations, body=ADAPTIVE_WITH_A_BAD_THROTTLE)
     with make_kit(mongo_uri, db, migrations) as kit:
-        kit.up()
-        runtime = kit.runtime
-        kit.coordinate_background(SPLIT_NAME)
-        kit.run_background_slice(SPLIT_NAME, slice_ms=100)
+        kit.runs.up()
+        runtime = kit._runtime
+        kit.background.coordinate(SPLIT_NAME)
+        kit.background.run_slice(SPLIT_NAME, slice_ms=100)
         assert runtime.throttles.migrations() == {SPLIT_NAME}
         assert f"throttle-value:{SPLIT_NAME}" in runtime.warn_once
-        view = kit.run_background(SPLIT_NAME)
+        view = kit_json.run(kit, SPLIT_NAME)
         assert view["status"] == "completed"
         assert runtime.throttles.migrations() == frozenset()
         assert not any(key in runtime.warn_once for key in warning_keys(SPLIT_NAME))
@@ -138,12 +139,12 @@ def test_a_cancelled_migration_leaves_no_throttle_state_on_the_runtime(
     migrations = tmp_path / "migrations"
     write_background(migrations, body=ADAPTIVE_WITH_A_BAD_THROTTLE)
     with make_kit(mongo_uri, db, migrations) as kit:
-        kit.up()
-        runtime = kit.runtime
-        kit.coordinate_background(SPLIT_NAME)
-        kit.run_background_slice(SPLIT_NAME, slice_ms=100)
+        kit.runs.up()
+        runtime = kit._runtime
+        kit.background.coordinate(SPLIT_NAME)
+        kit.background.run_slice(SPLIT_NAME, slice_ms=100)
         assert runtime.throttles.migrations() == {SPLIT_NAME}
-        kit.cancel_background(SPLIT_NAME)
-        assert kit.coordinate_background(SPLIT_NAME).status == "cancelled"
+        kit.background.control(SPLIT_NAME, "cancel")
+        assert kit.background.coordinate(SPLIT_NAME).status == "cancelled"
         assert runtime.throttles.migrations() == frozenset()
         assert not any(key in runtime.warn_once for key in warning_keys(SPLIT_NAME))

@@ -17,6 +17,7 @@ from pymongo.errors import OperationFailure, PyMongoError
 
 from migronaut_core import BackgroundFailedError
 from migronaut_core.background.engine.transactional import discard
+from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 from tests.support.servers import fail_point
 
@@ -58,7 +59,7 @@ def test_side_writes_commit_exactly_once_per_migrated_document(
 
     writer = threading.Thread(target=application)
     with make_kit(mongo_uri, db, migrations) as kit:
-        kit.up()
+        kit.runs.up()
         transient = {
             "failCommands": ["commitTransaction"],
             "errorCode": 251,
@@ -68,7 +69,7 @@ def test_side_writes_commit_exactly_once_per_migrated_document(
         writer.start()
         try:
             with fail_point(mongo_client, transient, {"times": 1}):
-                view = kit.run_background(SPLIT_NAME, concurrency=2)
+                view = kit_json.run(kit, SPLIT_NAME, concurrency=2)
         finally:
             stop.set()
             writer.join()
@@ -102,9 +103,9 @@ def test_a_transient_error_in_a_side_write_retries_the_whole_transaction(
         "namespace": f"{db.name}.audit",
     }
     with make_kit(mongo_uri, db, migrations) as kit:
-        kit.up()
+        kit.runs.up()
         with fail_point(mongo_client, side_write_conflict, {"times": 3}):
-            view = kit.run_background(SPLIT_NAME, concurrency=1)
+            view = kit_json.run(kit, SPLIT_NAME, concurrency=1)
     assert view["status"] == "completed"
     assert db.users.count_documents({"_v": 2}) == count
     assert view["totals"]["migrated"] == count
@@ -141,8 +142,8 @@ def test_time_errors_halve_the_batch_and_clean_batches_grow_it_back(
         requested.add(payload["batch_size"])
 
     with make_kit(mongo_uri, db, migrations) as kit:
-        kit.up()
-        kit.on("background:batch", heard)
+        kit.runs.up()
+        kit.background.on("background:batch", heard)
         too_slow = {
             "failCommands": ["find"],
             "errorCode": 50,
@@ -150,7 +151,7 @@ def test_time_errors_halve_the_batch_and_clean_batches_grow_it_back(
             "namespace": f"{db.name}.users",
         }
         with fail_point(mongo_client, too_slow, {"times": 2}):
-            view = kit.run_background(SPLIT_NAME)
+            view = kit_json.run(kit, SPLIT_NAME)
     assert view["status"] == "completed"
     assert db.users.count_documents({"ok": True}) == 2_000
     assert sizes[0] == 16  # 64 halved twice at once
@@ -182,7 +183,7 @@ def test_a_step_migration_resumes_from_its_checkpoint_after_kill_9(
         """,
     )
     with make_kit(mongo_uri, db, migrations, lock_ttl_seconds=2) as kit:
-        kit.up()
+        kit.runs.up()
     command = [
         sys.executable,
         "-m",
@@ -210,7 +211,7 @@ def test_a_step_migration_resumes_from_its_checkpoint_after_kill_9(
     assert checkpoints[4] == 149  # resumed from the last checkpoint, not from the start
     assert db.orders.count_documents({"cents": {"$exists": True}}) == 500
     with make_kit(mongo_uri, db, migrations) as kit:
-        view = kit.background_status(SPLIT_NAME)
+        view = kit_json.status(kit, SPLIT_NAME)
     assert view["status"] == "completed"
     assert view["totals"]["processed"] >= 500
 
@@ -230,9 +231,9 @@ def test_a_step_that_returns_nonsense_fails_the_slice(
         """,
     )
     with make_kit(mongo_uri, db, migrations) as kit:
-        kit.up()
+        kit.runs.up()
         with pytest.raises(BackgroundFailedError, match="checkpoint larger than 64 KiB"):
-            kit.run_background(SPLIT_NAME)
+            kit.background.run(SPLIT_NAME)
 
 
 def test_transactions_on_a_standalone_server_fail_the_migration(
@@ -247,11 +248,11 @@ def test_transactions_on_a_standalone_server_fail_the_migration(
     from migronaut_core import Migronaut
 
     with Migronaut(uri=standalone_uri, database="t", migrations_dir=str(migrations)) as kit:
-        kit.up()
+        kit.runs.up()
         with pytest.raises(BackgroundFailedError) as raised:
-            kit.run_background(SPLIT_NAME)
+            kit.background.run(SPLIT_NAME)
         assert "need a replica set or a sharded cluster" in raised.value.message
-        assert kit.background_status(SPLIT_NAME)["status"] == "failed"
+        assert kit_json.status(kit, SPLIT_NAME)["status"] == "failed"
 
 
 STEPPING = """
@@ -276,25 +277,25 @@ def test_a_step_dry_run_runs_steps_from_the_checkpoint_and_writes_nothing(
     migrations = tmp_path / "migrations"
     write_background(migrations, body=STEPPING)
     with make_kit(mongo_uri, db, migrations) as kit:
-        unregistered = kit.dry_run_background(SPLIT_NAME, steps=5).to_dict()
+        unregistered = kit.background.dry_run(SPLIT_NAME, steps=5).to_dict()
         processed = [step["counters"].get("processed") for step in unregistered["steps"]]
         assert processed == [10, 10, 10, None]  # the 4th finds nothing and says done
         assert unregistered["steps"][-1]["done"] is True
         assert unregistered["from_checkpoint"] is False
         assert db.orders.count_documents({"seen": True}) == 0
-        kit.up()
-        kit.coordinate_background(SPLIT_NAME)
-        kit.run_background_slice(SPLIT_NAME, slice_ms=100)  # one real step, then it yields
+        kit.runs.up()
+        kit.background.coordinate(SPLIT_NAME)
+        kit.background.run_slice(SPLIT_NAME, slice_ms=100)  # one real step, then it yields
         assert db.orders.count_documents({"seen": True}) >= 10
         seen = db.orders.count_documents({"seen": True})
         state_before = db.migronaut_background.find_one({"_id": SPLIT_NAME})
-        report = kit.dry_run_background(SPLIT_NAME, steps=1).to_dict()
+        report = kit.background.dry_run(SPLIT_NAME, steps=1).to_dict()
         assert report["from_checkpoint"] is True
         assert len(report["steps"]) == 1
         assert db.orders.count_documents({"seen": True}) == seen
         assert db.migronaut_background.find_one({"_id": SPLIT_NAME}) == state_before
         with pytest.raises(Exception, match="steps must be at most"):
-            kit.dry_run_background(SPLIT_NAME, steps=101)
+            kit.background.dry_run(SPLIT_NAME, steps=101)
 
 
 FAILS_ONE_THEN_SLOWS = """
@@ -324,8 +325,8 @@ def test_a_document_failed_before_the_batch_halves_is_counted_once(
     migrations = tmp_path / "migrations"
     write_background(migrations, body=FAILS_ONE_THEN_SLOWS.format(namespace=f"{db.name}.users"))
     with make_kit(mongo_uri, db, migrations) as kit:
-        kit.up()
-        view = kit.run_background(SPLIT_NAME)
+        kit.runs.up()
+        view = kit_json.run(kit, SPLIT_NAME)
     assert view["status"] == "completed"
     assert view["totals"]["failed"] == 1
     assert view["totals"]["txn_retries"] >= 1  # the halving

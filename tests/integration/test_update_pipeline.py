@@ -19,6 +19,7 @@ import pytest
 from pymongo.database import Database
 
 from migronaut_core import BackgroundFailedError, Migronaut
+from tests.support import kit_json
 from tests.support.app_writer import AppWriter
 from tests.support.background import (
     SPLIT_NAME,
@@ -72,7 +73,7 @@ def test_lanes_rewrite_by_pipeline_with_exact_totals_and_a_later_pass_takes_late
     seed_users(db, 6_000)
     db.users.create_index([("_v", 1), ("_id", 1)])
     write_background(migrations, update=True, batch_size=400, max_parallel=3)
-    kit.up()
+    kit.runs.up()
     batches: list[dict[str, Any]] = []
     inserted = threading.Event()
 
@@ -82,8 +83,8 @@ def test_lanes_rewrite_by_pipeline_with_exact_totals_and_a_later_pass_takes_late
             inserted.set()
             seed_users(db, 300, start=-1_000)  # below every cursor: left to the next pass
 
-    kit.on("background:batch", on_batch)
-    view = kit.run_background(SPLIT_NAME, concurrency=3)
+    kit.background.on("background:batch", on_batch)
+    view = kit_json.run(kit, SPLIT_NAME, concurrency=3)
     assert view["status"] == "completed"
     assert view["mode"] == "update"
     assert view["pass"] >= 2
@@ -110,7 +111,7 @@ def test_application_writes_meanwhile_are_never_lost_and_each_document_is_rewrit
         app.start()
         quiet.start()
         try:
-            kit.run_background(SPLIT_NAME, concurrency=3)
+            kit.background.run(SPLIT_NAME, concurrency=3)
         finally:
             quiet.join()
             app.stop()
@@ -128,40 +129,40 @@ def test_pause_and_cancel_stop_within_a_batch_and_resume_and_retry_finish_exactl
     seed_users(db, 4_000)
     db.users.create_index([("_v", 1), ("_id", 1)])
     write_background(migrations, update=True, batch_size=100, max_parallel=2)
-    kit.up()
+    kit.runs.up()
     seen: list[int] = []
 
     def pause_after_three(event: str, payload: dict[str, Any]) -> None:
         seen.append(payload["counters"]["migrated"])
         if len(seen) == 3:
-            kit.pause_background(SPLIT_NAME, reason="peak hours")
+            kit.background.control(SPLIT_NAME, "pause", reason="peak hours")
 
-    stop = kit.on("background:batch", pause_after_three)
-    assert kit.run_background(SPLIT_NAME, concurrency=2)["status"] == "paused"
+    stop = kit.background.on("background:batch", pause_after_three)
+    assert kit_json.run(kit, SPLIT_NAME, concurrency=2)["status"] == "paused"
     stop()
     at_pause = db.users.count_documents({"_v": 2})
     # Each lane finishes at most the batch it was writing (and the one read ahead).
     assert 300 <= at_pause <= 300 + 2 * 2 * 100
     assert at_pause == sum(seen)
     assert (
-        kit.runtime.store.partitions.collection.count_documents({"inflight": {"$exists": True}})
+        kit._runtime.store.partitions.collection.count_documents({"inflight": {"$exists": True}})
         == 0
     )
 
-    kit.resume_background(SPLIT_NAME)
+    kit.background.control(SPLIT_NAME, "resume")
     seen.clear()
 
     def cancel_after_two(event: str, payload: dict[str, Any]) -> None:
         seen.append(payload["counters"]["migrated"])
         if len(seen) == 2:
-            kit.cancel_background(SPLIT_NAME, reason="wrong time")
+            kit.background.control(SPLIT_NAME, "cancel", reason="wrong time")
 
-    stop = kit.on("background:batch", cancel_after_two)
-    assert kit.run_background(SPLIT_NAME, concurrency=2)["status"] == "cancelled"
+    stop = kit.background.on("background:batch", cancel_after_two)
+    assert kit_json.run(kit, SPLIT_NAME, concurrency=2)["status"] == "cancelled"
     stop()
     assert db.users.count_documents({"_v": 2}) == at_pause + sum(seen) < 4_000
-    kit.retry_background(SPLIT_NAME, reason="go again")
-    view = kit.run_background(SPLIT_NAME, concurrency=2)
+    kit.background.control(SPLIT_NAME, "retry", reason="go again")
+    view = kit_json.run(kit, SPLIT_NAME, concurrency=2)
     assert view["status"] == "completed"
     assert_all_split(db, 4_000)
     assert view["totals"]["migrated"] == 4_000
@@ -174,12 +175,12 @@ def test_revert_runs_revert_update_back_to_the_old_shape(
     for doc_id in range(0, 1_500, 3):
         db.users.update_one({"_id": doc_id}, {"$set": {"rev": 7}})
     write_background(migrations, update=True, batch_size=200, extra='"revision_field": "rev",')
-    kit.up()
-    assert kit.run_background(SPLIT_NAME, concurrency=2)["status"] == "completed"
+    kit.runs.up()
+    assert kit_json.run(kit, SPLIT_NAME, concurrency=2)["status"] == "completed"
     assert db.users.count_documents({"rev": 8}) == 500
     assert db.users.count_documents({"rev": 1}) == 1_000
-    kit.down()
-    view = kit.run_background(SPLIT_NAME, concurrency=2)
+    kit.runs.down()
+    view = kit_json.run(kit, SPLIT_NAME, concurrency=2)
     assert (view["status"], view["direction"]) == ("completed", "revert")
     assert view["totals"]["migrated"] == 1_500
     assert db.users.count_documents({"_v": 1, "name": {"$exists": True}}) == 1_500
@@ -209,8 +210,8 @@ def test_documents_the_server_refuses_are_isolated_counted_and_skipped_by_later_
     refused_num = CODE_BASE + 333
     db.command("collMod", "users", validator={"num": {"$ne": refused_num}})
     write_background(migrations, body=CONVERT.format(budget=5))
-    kit.up()
-    view = kit.run_background(SPLIT_NAME, concurrency=2)
+    kit.runs.up()
+    view = kit_json.run(kit, SPLIT_NAME, concurrency=2)
     assert view["status"] == "completed"
     totals = view["totals"]
     assert totals["migrated"] == 400 - 5
@@ -224,13 +225,13 @@ def test_documents_the_server_refuses_are_isolated_counted_and_skipped_by_later_
     assert {sample["reason"] for sample in samples} == {"update"}
     codes = {sample["id"]: sample["error"] for sample in samples}
     assert "121" in codes[333] and "241" in codes[7]
-    text = str(kit.background_status(SPLIT_NAME)) + caplog.text
+    text = str(kit_json.status(kit, SPLIT_NAME)) + caplog.text
     assert SECRET not in text
     assert str(refused_num) not in text
 
     # A reopened pass steps over them: nothing new fails, nothing is rewritten twice.
-    kit.retry_background(SPLIT_NAME, reason="again")
-    again = kit.run_background(SPLIT_NAME)
+    kit.background.control(SPLIT_NAME, "retry", reason="again")
+    again = kit_json.run(kit, SPLIT_NAME)
     assert again["status"] == "completed"
     assert again["failed_documents"] == 5
     assert db.users.count_documents({"_v": 2}) == 395
@@ -241,12 +242,12 @@ def test_more_refused_documents_than_the_budget_fail_the_migration_by_code(
 ) -> None:
     seed_codes(db, 200, {3, 50, 51})
     write_background(migrations, body=CONVERT.format(budget=1))
-    kit.up()
+    kit.runs.up()
     with pytest.raises(BackgroundFailedError) as failed:
-        kit.run_background(SPLIT_NAME, concurrency=1)
+        kit.background.run(SPLIT_NAME, concurrency=1)
     assert "max_document_errors (1)" in failed.value.message
     assert "code 241" in failed.value.message
-    view = kit.background_status(SPLIT_NAME)
+    view = kit_json.status(kit, SPLIT_NAME)
     assert view is not None and view["status"] == "failed"
     assert SECRET not in str(view) and SECRET not in str(failed.value.context)
     assert db.users.count_documents({"_v": 2}) >= 47  # the good ones of the first batch
@@ -257,12 +258,12 @@ def test_a_completed_pipeline_migration_is_reopened_by_drift_verify(
 ) -> None:
     seed_users(db, 500)
     write_background(migrations, update=True, batch_size=200)
-    kit.up()
-    assert kit.run_background(SPLIT_NAME)["status"] == "completed"
+    kit.runs.up()
+    assert kit_json.run(kit, SPLIT_NAME)["status"] == "completed"
     seed_users(db, 20, start=5_000)  # an old release still writing the old shape
-    found = kit.verify_background()
+    found = kit_json.verify(kit)
     assert [d["action"] for d in found["drifted"]] == ["reopened"]
-    view = kit.run_background(SPLIT_NAME)
+    view = kit_json.run(kit, SPLIT_NAME)
     assert view["status"] == "completed"
     assert view["totals"]["migrated"] == 520
     assert_all_split(db, 520)
@@ -287,8 +288,8 @@ background = {{
 }}
 """
     write_background(migrations, body=body)
-    kit.up()
-    assert kit.run_background(SPLIT_NAME)["totals"]["migrated"] == 300
+    kit.runs.up()
+    assert kit_json.run(kit, SPLIT_NAME)["totals"]["migrated"] == 300
     assert db.users.count_documents({"_v": 2, "full": {"$exists": True}}) == 300
     assert db.users.count_documents({"name": {"$exists": True}}) == 0
     assert db.users.count_documents({"_id": {"$lt": 100}, "rev": 42}) == 100
@@ -301,9 +302,9 @@ def test_the_drift_watcher_upgrades_old_shapes_with_the_pipeline(
     seed_users(db, 50)
     db.users.create_index([("_v", 1), ("_id", 1)])
     write_background(migrations, update=True, batch_size=100)
-    kit.up()
-    assert kit.run_background(SPLIT_NAME)["status"] == "completed"
-    watcher = kit.watch_background(refresh_seconds=1.0)
+    kit.runs.up()
+    assert kit_json.run(kit, SPLIT_NAME)["status"] == "completed"
+    watcher = kit.drift.watch(refresh_seconds=1.0)
     try:
         wait_until(
             lambda: [row["state"] for row in watcher.status()] == ["streaming"],
@@ -319,11 +320,11 @@ def test_the_drift_watcher_upgrades_old_shapes_with_the_pipeline(
             "last": "Oldsurname1005",
         }
         row = wait_until(
-            lambda: (r := kit.background_watch_status("users"))["counters"]["upgraded"] >= 21 and r,
+            lambda: (r := kit_json.watch_status(kit, "users"))["counters"]["upgraded"] >= 21 and r,
             what="the saved counters",
         )
         assert row["edges"] == [SPLIT_NAME]
         assert row["counters"]["errors"] == 0
     finally:
         watcher.stop()
-    assert kit.background_status(SPLIT_NAME)["status"] == "completed"
+    assert kit_json.status(kit, SPLIT_NAME)["status"] == "completed"

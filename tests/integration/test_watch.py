@@ -28,6 +28,7 @@ from migronaut_core import Migronaut
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.drift.watch import Watcher
 from migronaut_core.errors import ConfigInvalidError
+from tests.support import kit_json
 from tests.support.background import (
     ADD_INITIALS,
     INITIALS_NAME,
@@ -50,8 +51,8 @@ def completed_kit(mongo_uri: str, db: Database[dict[str, Any]], migrations: Path
     seed_users(db, 50)
     db.users.create_index([("_v", 1), ("_id", 1)])
     kit = make_kit(mongo_uri, db, migrations, lock_ttl_seconds=TTL_SECONDS)
-    kit.up()
-    assert kit.run_background(SPLIT_NAME, concurrency=2)["status"] == "completed"
+    kit.runs.up()
+    assert kit_json.run(kit, SPLIT_NAME, concurrency=2)["status"] == "completed"
     return kit
 
 
@@ -70,8 +71,8 @@ def test_old_shape_writes_are_upgraded_moments_after_they_land(
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="migronaut_core")
     events: list[tuple[str, dict[str, Any]]] = []
-    kit.on("background:drift", lambda name, payload: events.append((name, payload)))
-    watcher = kit.watch_background(refresh_seconds=1.0)
+    kit.background.on("background:drift", lambda name, payload: events.append((name, payload)))
+    watcher = kit.drift.watch(refresh_seconds=1.0)
     try:
         assert watcher.running
         wait_until(lambda: streaming(watcher), what="the stream")
@@ -103,7 +104,7 @@ def test_old_shape_writes_are_upgraded_moments_after_they_land(
         assert db.users.count_documents({"name": {"$exists": True}}) == 0
 
         row = wait_until(
-            lambda: (r := kit.background_watch_status("users"))["counters"]["upgraded"] >= 32 and r,
+            lambda: (r := kit_json.watch_status(kit, "users"))["counters"]["upgraded"] >= 32 and r,
             what="the saved counters",
         )
         assert row["state"] == "streaming"
@@ -120,9 +121,9 @@ def test_old_shape_writes_are_upgraded_moments_after_they_land(
         raw = db[WATCH_ROWS].find_one({"_id": "users"})
         assert raw is not None and "_data" in repr(raw["resume_token"])
         assert "_data" not in repr(row)
-        assert "_data" not in repr(kit.background_watch_status())
+        assert "_data" not in repr(kit_json.watch_status(kit))
         assert "_data" not in repr(watcher.status())
-        assert kit.background_watch_status("nothing_here") is None
+        assert kit_json.watch_status(kit, "nothing_here") is None
         upgrades = [payload for _, payload in events if payload["action"] == "upgraded"]
         assert sum(payload["count"] for payload in upgrades) >= 32
         assert all(payload["collection"] == "users" for payload in upgrades)
@@ -130,10 +131,10 @@ def test_old_shape_writes_are_upgraded_moments_after_they_land(
         watcher.stop()
     assert not watcher.running
     assert watcher.status()[0]["state"] == "stopped"
-    assert kit.background_watch_status("users")["state"] == "stopped"
+    assert kit_json.watch_status(kit, "users")["state"] == "stopped"
     lock = db.migronaut_lock.find_one({"_id": "watch:users"})
     assert lock is not None and lock["owner"] is None
-    assert kit.background_status(SPLIT_NAME)["status"] == "completed"
+    assert kit_json.status(kit, SPLIT_NAME)["status"] == "completed"
     # No document value reached a log line or an event.
     text = " ".join(record.getMessage() for record in caplog.records) + repr(events)
     assert "Oldname" not in text and "Oldsurname" not in text and "Newname" not in text
@@ -159,7 +160,7 @@ def test_old_shape_writes_racing_the_start_probe_reopen_nothing(
     writer = threading.Thread(target=keep_writing, daemon=True)
     writer.start()
     try:
-        with kit.watch_background(refresh_seconds=1.0) as watcher:
+        with kit.drift.watch(refresh_seconds=1.0) as watcher:
             wait_until(lambda: streaming(watcher), what="the stream")
             wait_until(lambda: len(written) > 50, what="the old release")
             stop.set()
@@ -170,7 +171,7 @@ def test_old_shape_writes_racing_the_start_probe_reopen_nothing(
             )
     finally:
         stop.set()
-    assert kit.background_status(SPLIT_NAME)["status"] == "completed"
+    assert kit_json.status(kit, SPLIT_NAME)["status"] == "completed"
 
 
 def test_a_chain_of_completed_migrations_is_applied_in_order(
@@ -180,15 +181,13 @@ def test_a_chain_of_completed_migrations_is_applied_in_order(
     write_background(migrations, INITIALS_NAME, body=ADD_INITIALS)
     cancel = CancelToken()
     with completed_kit(mongo_uri, db, migrations) as kit:
-        with kit.watch_background(refresh_seconds=0.5, cancel=cancel) as watcher:
+        with kit.drift.watch(refresh_seconds=0.5, cancel=cancel) as watcher:
             wait_until(lambda: streaming(watcher), what="the stream")
-            assert kit.background_watch_status("users")["edges"] == [SPLIT_NAME]
+            assert kit_json.watch_status(kit, "users")["edges"] == [SPLIT_NAME]
             # The next migration completes while the watcher runs: it is served too.
-            assert kit.run_background(INITIALS_NAME)["status"] == "completed"
+            assert kit_json.run(kit, INITIALS_NAME)["status"] == "completed"
             wait_until(
-                lambda: (
-                    kit.background_watch_status("users")["edges"] == [SPLIT_NAME, INITIALS_NAME]
-                ),
+                lambda: kit_json.watch_status(kit, "users")["edges"] == [SPLIT_NAME, INITIALS_NAME],
                 what="the new edge",
             )
             db.users.insert_many([old_shape(3000), old_shape(3001)])
@@ -198,12 +197,12 @@ def test_a_chain_of_completed_migrations_is_applied_in_order(
                 lambda: db.users.count_documents({"_id": {"$gte": 3000}, "_v": 3}) == 3,
                 what="the chain",
             )
-            assert kit.background_watch_status("users")["target"] == 3
+            assert kit_json.watch_status(kit, "users")["target"] == 3
             # The caller's cancel token stops it too, leadership given up.
             cancel.cancel("shutting down")
             wait_until(lambda: not watcher.running, what="the stop")
             wait_until(lambda: watcher.status()[0]["state"] == "stopped", what="the stream's end")
-            assert kit.background_watch_status("users")["state"] == "stopped"
+            assert kit_json.watch_status(kit, "users")["state"] == "stopped"
         assert db.users.find_one({"_id": 3000}) == {
             "_id": 3000,
             "_v": 3,
@@ -212,20 +211,20 @@ def test_a_chain_of_completed_migrations_is_applied_in_order(
             "initials": "OO",
         }
         assert db.users.find_one({"_id": 3002})["initials"] == "AC"  # type: ignore[index]
-        assert kit.background_status(INITIALS_NAME)["status"] == "completed"
+        assert kit_json.status(kit, INITIALS_NAME)["status"] == "completed"
 
 
 def test_a_document_the_transform_fails_on_is_counted_and_reported(
     kit: Migronaut, db: Database[dict[str, Any]], caplog: pytest.LogCaptureFixture
 ) -> None:
     events: list[dict[str, Any]] = []
-    kit.on("background:drift", lambda name, payload: events.append(payload))
-    with kit.watch_background(on_drift="report", refresh_seconds=1.0) as watcher:
+    kit.background.on("background:drift", lambda name, payload: events.append(payload))
+    with kit.drift.watch(on_drift="report", refresh_seconds=1.0) as watcher:
         wait_until(lambda: streaming(watcher), what="the stream")
         db.users.insert_one({"_id": 7000, "_v": 1, "nickname": "Secretvalue"})  # no name
         db.users.insert_one(old_shape(7001))
         row = wait_until(
-            lambda: (r := kit.background_watch_status("users"))["counters"]["errors"] == 1 and r,
+            lambda: (r := kit_json.watch_status(kit, "users"))["counters"]["errors"] == 1 and r,
             what="the error count",
         )
         assert row["counters"]["upgraded"] >= 1
@@ -238,7 +237,7 @@ def test_a_document_the_transform_fails_on_is_counted_and_reported(
         } in events
     assert db.users.find_one({"_id": 7000}) == {"_id": 7000, "_v": 1, "nickname": "Secretvalue"}
     assert db.users.find_one({"_id": 7001})["_v"] == 2  # type: ignore[index]
-    assert kit.background_status(SPLIT_NAME)["status"] == "completed"
+    assert kit_json.status(kit, SPLIT_NAME)["status"] == "completed"
     assert "Secretvalue" not in " ".join(record.getMessage() for record in caplog.records)
 
 
@@ -252,8 +251,8 @@ def test_lost_history_falls_back_to_a_probe_and_a_fresh_stream(
         lost = unresumable_token(probe.next()["_id"])
     db[WATCH_ROWS].insert_one({"_id": "users", "resume_token": lost, "state": "stopped"})
     events: list[dict[str, Any]] = []
-    kit.on("background:drift", lambda name, payload: events.append(payload))
-    with kit.watch_background(on_drift="report", refresh_seconds=1.0) as watcher:
+    kit.background.on("background:drift", lambda name, payload: events.append(payload))
+    with kit.drift.watch(on_drift="report", refresh_seconds=1.0) as watcher:
         wait_until(lambda: streaming(watcher), what="the fresh stream")
         raw = db[WATCH_ROWS].find_one({"_id": "users"})
         assert raw is not None and raw["resume_token"] != lost
@@ -267,7 +266,7 @@ def test_lost_history_falls_back_to_a_probe_and_a_fresh_stream(
         db.users.insert_one(old_shape(4001))
         wait_until(lambda: db.users.find_one({"_id": 4001, "_v": 2}), what="the upgrade")
     # Reported only: still completed, the old document left for an operator.
-    assert kit.background_status(SPLIT_NAME)["status"] == "completed"
+    assert kit_json.status(kit, SPLIT_NAME)["status"] == "completed"
     assert db.users.find_one({"_id": 4000})["_v"] == 1  # type: ignore[index]
 
 
@@ -281,14 +280,14 @@ def test_the_watchers_action_defaults_to_background_on_drift(
     with make_kit(
         mongo_uri, db, tmp_path / "migrations", background_on_drift="report"
     ) as reporting:
-        reporting.on("background:drift", lambda name, payload: events.append(payload))
-        with reporting.watch_background(refresh_seconds=1.0) as watcher:
+        reporting.background.on("background:drift", lambda name, payload: events.append(payload))
+        with reporting.drift.watch(refresh_seconds=1.0) as watcher:
             wait_until(lambda: streaming(watcher), what="the stream")
             wait_until(lambda: events, what="the probe's finding")
     assert events == [
         {"migration": SPLIT_NAME, "collection": "users", "source": "verify", "action": "reported"}
     ]
-    assert kit.background_status(SPLIT_NAME)["status"] == "completed"
+    assert kit_json.status(kit, SPLIT_NAME)["status"] == "completed"
     assert db.users.find_one({"_id": 9000})["_v"] == 1  # type: ignore[index]
 
 
@@ -300,9 +299,9 @@ def test_the_watcher_refuses_a_standalone_server(
     write_background(migrations)
     with Migronaut(uri=standalone_uri, database="t", migrations_dir=str(migrations)) as kit:
         with pytest.raises(ConfigInvalidError, match="on_drift"):
-            kit.watch_background(on_drift="fix")
+            kit.drift.watch(on_drift="fix")
         with pytest.raises(ConfigInvalidError) as raised:
-            kit.watch_background()
+            kit.drift.watch()
         assert "poll" in raised.value.message
         assert "standalone" in raised.value.message
     with MongoClient(standalone_uri) as client:
@@ -374,7 +373,7 @@ def test_a_standby_takes_over_from_a_killed_leader_and_misses_nothing(
 
         db.users.insert_many([old_shape(5000 + i) for i in range(10)])
         wait_until(
-            lambda: kit.background_watch_status("users")["counters"]["upgraded"] == 10,
+            lambda: kit_json.watch_status(kit, "users")["counters"]["upgraded"] == 10,
             what="the first upgrades",
         )
 
@@ -394,12 +393,12 @@ def test_a_standby_takes_over_from_a_killed_leader_and_misses_nothing(
         # dead one's position (a fresh start would have reopened the migration).
         wait_until(lambda: db.users.count_documents({"_v": 1}) == 0, 15, "the gap's upgrades")
         assert db.users.count_documents({"_id": {"$in": written}, "_v": 2}) == len(written)
-        assert kit.background_status(SPLIT_NAME)["status"] == "completed"
+        assert kit_json.status(kit, SPLIT_NAME)["status"] == "completed"
         wait_until(lambda: second.shows("streaming", True), what="the new leader's status")
 
         second.process.send_signal(signal.SIGTERM)
         assert second.process.wait(20) == 0
-        row = kit.background_watch_status("users")
+        row = kit_json.watch_status(kit, "users")
         assert row["state"] == "stopped"
         assert row["leader"]["pid"] == second.pid
         assert row["counters"]["upgraded"] >= 10 + len(written)
@@ -418,11 +417,11 @@ def test_the_start_probe_reads_through_the_index_the_verify_probe_uses(
     seed_users(db, 50)
     db.users.create_index([("_v", 1), ("n", 1)])
     with make_kit(mongo_uri, db, migrations, lock_ttl_seconds=TTL_SECONDS) as kit:
-        kit.up()
-        assert kit.run_background(SPLIT_NAME, concurrency=2)["status"] == "completed"
+        kit.runs.up()
+        assert kit_json.run(kit, SPLIT_NAME, concurrency=2)["status"] == "completed"
         db.command("profile", 2)
         try:
-            with kit.watch_background(refresh_seconds=1.0) as watcher:
+            with kit.drift.watch(refresh_seconds=1.0) as watcher:
                 wait_until(lambda: streaming(watcher), what="the stream")
         finally:
             db.command("profile", 0)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from pymongo.database import Database
 
 from migronaut_core import Migronaut
+from tests.support import kit_json
 from tests.support.chaos_lane import (
     CHECKPOINT_PAUSE_ENV,
     DIE_AFTER_CHECKPOINT_ENV,
@@ -137,7 +138,7 @@ def make_kit(uri: str, db_name: str, migrations: Path) -> Migronaut:
 
 def register(uri: str, db_name: str, migrations: Path) -> None:
     with make_kit(uri, db_name, migrations) as kit:
-        kit.up()
+        kit.runs.up()
 
 
 # -- lane processes ------------------------------------------------------------------------
@@ -305,7 +306,7 @@ def migrated_count(db: Database[dict[str, Any]]) -> int:
 
 def status_of(uri: str, db_name: str, migrations: Path, name: str = NAME) -> dict[str, Any]:
     with make_kit(uri, db_name, migrations) as kit:
-        view = kit.background_status(name)
+        view = kit_json.status(kit, name)
     assert view is not None
     return dict(view)
 
@@ -319,8 +320,8 @@ def drive_remaining(uri: str, db_name: str, migrations: Path, name: str = NAME) 
     with make_kit(uri, db_name, migrations) as kit:
         if kit.db.users.count_documents({"_v": 1}, limit=1) == 0:
             return False
-        kit.retry_background(name, reason="the application inserted after the last pass")
-        kit.run_background(name, concurrency=2)
+        kit.background.control(name, "retry", reason="the application inserted after the last pass")
+        kit.background.run(name, concurrency=2)
     return True
 
 

@@ -39,6 +39,7 @@ from typing import Any
 from migronaut_core import BackgroundFailedError, Migronaut
 from migronaut_core.background.store import Lease, Leases
 from migronaut_core.errors import LockLostError
+from tests.support import kit_json
 
 FENCE_LOG_ENV = "MIGRONAUT_CHAOS_FENCE_LOG"
 CHECKPOINT_PAUSE_ENV = "MIGRONAUT_CHAOS_CHECKPOINT_PAUSE"
@@ -147,7 +148,7 @@ def main(argv: list[str]) -> int:
         uri=uri, database=database, migrations_dir=migrations, lock_ttl_seconds=float(ttl)
     ) as kit:
         try:
-            view = kit.run_background(name, concurrency=int(concurrency))
+            view = kit_json.run(kit, name, concurrency=int(concurrency))
         except BackgroundFailedError as exc:
             print(json.dumps({"failed": exc.message}), flush=True)
             return 4

@@ -23,6 +23,7 @@ from migronaut_airflow.operators.background import dag_id_for
 from migronaut_core import Migronaut
 from migronaut_core.background.store.drift_events import read_drift_position
 from migronaut_core.config import BackgroundCollections
+from tests.support import kit_json
 
 DRIFT_NAME = "20240104000000_stamp_orders"
 DRIFT_COLLECTION = "orders"
@@ -86,8 +87,8 @@ def seed_completed(db: Database[dict[str, Any]], kit: Migronaut) -> None:
     """:data:`ORDERS` old-shape orders, migrated by :data:`DRIFT_NAME` (registered by ``up``)."""
     db.orders.insert_many([{"_id": i, "_v": 1, "n": i} for i in range(ORDERS)])
     db.orders.create_index([("_v", 1), ("_id", 1)])
-    kit.up()
-    assert kit.run_background(DRIFT_NAME, concurrency=2)["status"] == "completed"
+    kit.runs.up()
+    assert kit_json.run(kit, DRIFT_NAME, concurrency=2)["status"] == "completed"
 
 
 def old_release_writes(db: Database[dict[str, Any]], start: int, count: int = DRIFTED) -> None:

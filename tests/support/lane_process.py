@@ -18,6 +18,7 @@ from typing import Any
 
 from migronaut_core import BackgroundFailedError, Migronaut
 from migronaut_core.background.store import Leases
+from tests.support import kit_json
 
 
 def die_at_checkpoint(number: int) -> None:
@@ -42,7 +43,7 @@ def main(argv: list[str]) -> int:
         uri=uri, database=database, migrations_dir=migrations, lock_ttl_seconds=float(ttl)
     ) as kit:
         try:
-            view = kit.run_background(name, concurrency=int(concurrency))
+            view = kit_json.run(kit, name, concurrency=int(concurrency))
         except BackgroundFailedError as exc:
             print(json.dumps({"failed": exc.message}))
             return 4

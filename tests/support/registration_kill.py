@@ -43,7 +43,7 @@ def main(argv: list[str]) -> int:
     with Migronaut(
         uri=uri, database=database, migrations_dir=migrations, lock_ttl_seconds=float(ttl)
     ) as kit:
-        kit.up()
+        kit.runs.up()
     return 0
 
 

@@ -26,7 +26,7 @@ def main(argv: list[str]) -> int:
     with Migronaut(
         uri=uri, database=database, migrations_dir=migrations, lock_ttl_seconds=float(ttl)
     ) as kit:
-        watcher = kit.watch_background(refresh_seconds=1.0)
+        watcher = kit.drift.watch(refresh_seconds=1.0)
         last: Any = None
         while not stop.wait(0.1):
             shown = [

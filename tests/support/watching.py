@@ -10,6 +10,7 @@ from typing import Any
 from pymongo.database import Database
 
 from migronaut_core import Migronaut
+from tests.support import kit_json
 
 
 def old_shape(i: int) -> dict[str, Any]:
@@ -31,7 +32,7 @@ def unresumable_token(real: Mapping[str, Any]) -> dict[str, str]:
 
 def leader_pid(kit: Migronaut, collection: str = "users") -> int | None:
     """The pid of the process streaming ``collection``; None while nobody leads."""
-    row = kit.background_watch_status(collection)
+    row = kit_json.watch_status(kit, collection)
     if row is None or row["state"] != "streaming" or row["leader"] is None:
         return None
     return int(row["leader"]["pid"])

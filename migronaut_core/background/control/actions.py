@@ -2,7 +2,8 @@
 
 :data:`CONTROL_ACTIONS` is the one list of what an operator may ask for; the
 CLI, the Airflow operators and the UI take it from here, and
-:meth:`~migronaut_core.kit.Migronaut.control_background` applies any of them.
+:meth:`Background.control <migronaut_core.kit.background.Background.control>`
+(``kit.background.control``) applies any of them.
 Each status control is a compare-and-set on the state's status, recorded in its
 ``history`` with who asked and why. An action that does not fit the current
 status raises :class:`~migronaut_core.errors.BackgroundConflictError`; one that is

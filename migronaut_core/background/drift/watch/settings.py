@@ -109,6 +109,6 @@ def require_change_streams(rt: Runtime) -> None:
     raise ConfigInvalidError(
         "the live drift watcher needs change streams, which a standalone server does not "
         "have (a replica set or a sharded cluster does); keep drift mode 'poll' here: run "
-        "verify_background (the migronaut_drift DAG) on a schedule",
+        "kit.drift.verify (the migronaut_drift DAG) on a schedule",
         {"key": "drift", "mode": "poll"},
     )

@@ -50,7 +50,7 @@ class Watcher:
     def status(self) -> list[dict[str, Any]]:
         """What this process does per collection: state, whether it leads, its counters.
 
-        Counters are this process's; the rows (``background_watch_status``) add up
+        Counters are this process's; the rows (``kit.drift.watch_status``) add up
         every leader's.
         """
         with self._guard:
