@@ -26,7 +26,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 from migronaut_core import files
 from migronaut_core.audit import Finding
@@ -34,7 +33,7 @@ from migronaut_core.background.coordinator import STALL_SECONDS, stalled_for
 from migronaut_core.background.indexes import has_probe_index
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.spec import REWRITING_MODES
-from migronaut_core.background.store import STREAMING_FRESH_SECONDS, WatchStore
+from migronaut_core.background.store import STREAMING_FRESH_SECONDS, StateDocument, WatchStore
 from migronaut_core.clock import utc_now
 from migronaut_core.errors import MigronautError
 
@@ -72,7 +71,7 @@ def audit(
     return findings
 
 
-def _file_findings(state: dict[str, Any], migrations_dir: Path) -> Iterator[Finding]:
+def _file_findings(state: StateDocument, migrations_dir: Path) -> Iterator[Finding]:
     name = state["_id"]
     collection = state.get("collection")
     try:
@@ -99,7 +98,7 @@ def _file_findings(state: dict[str, Any], migrations_dir: Path) -> Iterator[Find
 
 
 def _stall_findings(
-    rt: Runtime, state: dict[str, Any], at: datetime, stale_after_seconds: float
+    rt: Runtime, state: StateDocument, at: datetime, stale_after_seconds: float
 ) -> Iterator[Finding]:
     name = state["_id"]
     idle = stalled_for(rt, state, now=at)
@@ -117,7 +116,7 @@ def _stall_findings(
 
 
 def _index_findings(
-    rt: Runtime, state: dict[str, Any], indexed: dict[tuple[str, str], bool]
+    rt: Runtime, state: StateDocument, indexed: dict[tuple[str, str], bool]
 ) -> Iterator[Finding]:
     spec = state.get("spec") or {}
     collection = spec.get("collection") or state.get("collection")

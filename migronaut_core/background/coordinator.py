@@ -15,7 +15,7 @@ it; a step that finds the lock held answers ``busy``. A step answers:
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -34,7 +34,13 @@ from migronaut_core.background.planning.partition import Plan
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.spec import exclude_bad_ids, match_hash, match_of
 from migronaut_core.background.states import TERMINAL, sources
-from migronaut_core.background.store import MAX_BAD_IDS, MAX_DOC_ERRORS, aware, newer_schema
+from migronaut_core.background.store import (
+    MAX_BAD_IDS,
+    MAX_DOC_ERRORS,
+    StateDocument,
+    aware,
+    newer_schema,
+)
 from migronaut_core.background.telemetry import (
     ATTR_DRIVER,
     ATTR_LANES,
@@ -121,8 +127,24 @@ class Answer:
         return to_json_dict(self)
 
 
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """A committed plan: the state after its commit, and whether it has no partitions
+    (nothing matched: the pass closes at once)."""
+
+    state: StateDocument
+    empty: bool
+
+
+@dataclass(frozen=True, slots=True)
+class NextPass:
+    """A pass closed with old-shape documents left: the next one is planned from ``state``."""
+
+    state: StateDocument
+
+
 def stalled_for(
-    rt: Runtime, state: Mapping[str, Any], *, now: datetime | None = None
+    rt: Runtime, state: StateDocument, *, now: datetime | None = None
 ) -> timedelta | None:
     """How long a running migration has been stuck, or None while something moves it.
 
@@ -144,14 +166,15 @@ def stalled_for(
     return idle if idle > timedelta(0) else None
 
 
-def last_activity(state: Mapping[str, Any], last_partition_write: Any) -> datetime | None:
+def last_activity(state: StateDocument, last_partition_write: Any) -> datetime | None:
     """The latest of a state's progress, its coordinator step and a partition write:
     what :func:`stalled_for` measures from (the async stall watch too)."""
+    mark = state.get("coordinator")
     seen = [
         aware(value)
         for value in (
             state.get("last_progress_at"),
-            (state.get("coordinator") or {}).get("at"),
+            mark.get("at") if mark else None,
             last_partition_write,
         )
         if isinstance(value, datetime)
@@ -233,9 +256,7 @@ def _fields(answer: Answer) -> dict[str, Any]:
     return {slot: getattr(answer, slot) for slot in Answer.__slots__}
 
 
-def _coordinate_pass(
-    rt: Runtime, name: str, initial: dict[str, Any], cancel: CancelToken
-) -> Answer:
+def _coordinate_pass(rt: Runtime, name: str, initial: StateDocument, cancel: CancelToken) -> Answer:
     state = initial
     try:
         job = job_for(rt, name, state, cancel)
@@ -285,12 +306,12 @@ def _coordinate_pass(
             planned = plan_pass(rt, job, state, source_hash, new_pass=not replanning)
             if isinstance(planned, Answer):
                 return planned
-            state, empty = planned
-            if empty:
+            state = planned.state
+            if planned.empty:
                 closed = finalize(rt, job, state)
                 if isinstance(closed, Answer):
                     return closed
-                state = closed
+                state = closed.state
                 continue
         if state["status"] == "pending":
             moved = rt.store.states.move(
@@ -316,13 +337,13 @@ def _coordinate_pass(
         closed = finalize(rt, job, state)
         if isinstance(closed, Answer):
             return closed
-        state = closed
+        state = closed.state
     return _retry_soon(rt, "passes")
 
 
 def plan_pass(
-    rt: Runtime, job: Job, state: dict[str, Any], source_hash: str, *, new_pass: bool = True
-) -> Answer | tuple[dict[str, Any], bool]:
+    rt: Runtime, job: Job, state: StateDocument, source_hash: str, *, new_pass: bool = True
+) -> Answer | Planned:
     """Split what still matches into partitions and commit them under a fresh plan token."""
     spec = job.spec
     if spec.mode == "step":
@@ -362,7 +383,7 @@ def plan_pass(
     committed = rt.store.partitions.commit_plan(
         state["_id"],
         generation=int(state.get("generation", 0)),
-        previous_token=(state.get("plan") or {}).get("token"),
+        previous_token=stored.get("token") if (stored := state.get("plan")) else None,
         new_pass=new_pass,
         expected=expected,
         plan=plan_fields,
@@ -393,7 +414,7 @@ def plan_pass(
     )
     if plan.degraded:
         log.warning("%s: %s", state["_id"], _DEGRADED.get(plan.degraded, plan.degraded))
-    return committed, not plan.partitions
+    return Planned(committed, not plan.partitions)
 
 
 def _merged_bad_ids(*lists: Sequence[Any]) -> list[Any]:
@@ -408,7 +429,7 @@ def _merged_bad_ids(*lists: Sequence[Any]) -> list[Any]:
     return merged[: MAX_BAD_IDS + 1]
 
 
-def _roll_up(rt: Runtime, state: dict[str, Any]) -> dict[str, Any]:
+def _roll_up(rt: Runtime, state: StateDocument) -> StateDocument:
     """Add a generation's counters to the totals, once (idempotent after a crash)."""
     name, generation = state["_id"], int(state["generation"])
     if int(state.get("rolled_generation", 0)) >= generation:
@@ -434,7 +455,7 @@ def _roll_up(rt: Runtime, state: dict[str, Any]) -> dict[str, Any]:
     return updated or rt.store.states.get(name) or state
 
 
-def finalize(rt: Runtime, job: Job, state: dict[str, Any]) -> Answer | dict[str, Any]:
+def finalize(rt: Runtime, job: Job, state: StateDocument) -> Answer | NextPass:
     """Close a pass: roll its counters up, then complete, fail, or start another pass."""
     name = state["_id"]
     generation = int(state["generation"])
@@ -469,10 +490,10 @@ def finalize(rt: Runtime, job: Job, state: dict[str, Any]) -> Answer | dict[str,
         {"$set": {"phase": "partition", "updated_at": utc_now()}},
     )
     rt.store.partitions.drop_generations(name, generation - 1)
-    return following or rt.store.states.get(name) or state
+    return NextPass(following or rt.store.states.get(name) or state)
 
 
-def _remaining(rt: Runtime, job: Job, state: dict[str, Any]) -> int:
+def _remaining(rt: Runtime, job: Job, state: StateDocument) -> int:
     """Whether old-shape documents are left (0 or 1); a step migration has none to count."""
     if job.spec.mode == "step":
         return 0
@@ -483,11 +504,11 @@ def _remaining(rt: Runtime, job: Job, state: dict[str, Any]) -> int:
     return rt.db[job.collection].count_documents(match, **count_options)
 
 
-def _failed(rt: Runtime, state: Mapping[str, Any], reason: str | BaseException) -> Answer:
+def _failed(rt: Runtime, state: StateDocument, reason: str | BaseException) -> Answer:
     return Answer("done", status="failed", error=fail_state(rt, state, reason))
 
 
-def _complete(rt: Runtime, job: Job, state: dict[str, Any], generation: int) -> Answer:
+def _complete(rt: Runtime, job: Job, state: StateDocument, generation: int) -> Answer:
     name = state["_id"]
     completed = rt.store.states.move(
         name,
@@ -520,5 +541,5 @@ def _complete(rt: Runtime, job: Job, state: dict[str, Any], generation: int) -> 
         )
         if job.direction == "forward" and rt.on_completed is not None:
             rt.on_completed(name)
-    current = completed or rt.store.states.get(name) or {}
-    return Answer("done", status=current.get("status"))
+    current = completed or rt.store.states.get(name)
+    return Answer("done", status=None if current is None else current.get("status"))

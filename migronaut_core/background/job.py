@@ -9,7 +9,7 @@ place a job is built, so every worker of a migration reads and writes alike.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -26,6 +26,7 @@ from migronaut_core.background.spec import (
     match_of,
     read_stored,
 )
+from migronaut_core.background.store import PlanDocument, StateDocument
 from migronaut_core.errors import ChecksumMismatchError, TransactionsUnsupportedError
 
 Document = dict[str, Any]
@@ -158,7 +159,7 @@ def sharding_of(job: Job, plan: Plan) -> dict[str, Any] | None:
     return {"mode": plan.method, "key": job.sharding.get("key"), "groups": len(groups)}
 
 
-def plan_is_stale(job: Job, plan: Mapping[str, Any] | None) -> bool:
+def plan_is_stale(job: Job, plan: PlanDocument | None) -> bool:
     """Whether a committed plan cannot be worked by this job: made by another
     partitioner (shard-awareness changed), or before a reshard."""
     if plan is None or job.spec.mode == "step":
@@ -169,9 +170,7 @@ def plan_is_stale(job: Job, plan: Mapping[str, Any] | None) -> bool:
     return job.partitioner.stale(plan.get("epoch"))
 
 
-def job_for(
-    rt: Runtime, name: str, state: Mapping[str, Any], cancel: CancelToken | None = None
-) -> Job:
+def job_for(rt: Runtime, name: str, state: StateDocument, cancel: CancelToken | None = None) -> Job:
     """The job a lane or coordinator works: the registered spec, the file's functions.
 
     :raises ChecksumMismatchError: the file changed since it was registered (a
@@ -202,22 +201,23 @@ def build_job(
     rt: Runtime,
     name: str,
     loaded: LoadedBackground,
-    state: Mapping[str, Any],
+    state: StateDocument | None,
     *,
     cancel: CancelToken | None = None,
 ) -> Job:
-    r"""The job for a loaded file and its state (``{}`` when unregistered), checksum unchecked.
+    r"""The job for a loaded file and its state (None when unregistered), checksum unchecked.
 
     The registered spec wins over the file's; the state's direction, bad ``_id``\ s
     and generation apply. :func:`job_for` is the checked way in; a dry run calls
     this directly, since it reports a changed file instead of refusing it.
     """
-    spec = read_stored(state["spec"], name=name) if state.get("spec") else loaded.spec
-    direction: Direction = "revert" if state.get("direction") == "revert" else "forward"
+    spec = read_stored(state["spec"], name=name) if state and state.get("spec") else loaded.spec
+    direction: Direction = "revert" if state and state.get("direction") == "revert" else "forward"
+    bad_ids = state.get("bad_ids") if state else None
     match = (
         {}
         if spec.mode == "step"
-        else exclude_bad_ids(match_of(spec, direction), list(state.get("bad_ids") or []))
+        else exclude_bad_ids(match_of(spec, direction), list(bad_ids or []))
     )
     splitting = partitioner_for(rt, spec, direction)
     return Job(
@@ -229,7 +229,7 @@ def build_job(
         partitioner=splitting.partitioner,
         hint=splitting.hint,
         log=logging.getLogger(f"migronaut.background.{name}"),
-        generation=int(state.get("generation", 0)),
+        generation=int(state.get("generation", 0)) if state else 0,
         cancel=cancel or CancelToken(),
         sharding=splitting.sharding,
         guard="pipeline" if rt.supports_pipeline_guard() else "filter",

@@ -10,18 +10,19 @@ these, so each lives here once; each move's from-statuses are the state machine'
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.states import sources
+from migronaut_core.background.store import StateDocument
 from migronaut_core.clock import utc_now
 from migronaut_core.scrub import error_text
 
 log = logging.getLogger("migronaut_core.background")
 
 
-def fail_state(rt: Runtime, state: Mapping[str, Any], reason: str | BaseException) -> str:
+def fail_state(rt: Runtime, state: StateDocument, reason: str | BaseException) -> str:
     """Move a background migration to ``failed`` with a value-free reason; return that reason."""
     message = error_text(reason)
     failed = rt.store.states.move(
@@ -71,7 +72,7 @@ def waiting_for(rt: Runtime, requires: Sequence[str]) -> list[str]:
     return [row["migration"] for row in requires_status(rt, requires) if not row["done"]]
 
 
-def try_unblock(rt: Runtime, state: Mapping[str, Any]) -> dict[str, Any] | None:
+def try_unblock(rt: Runtime, state: StateDocument) -> StateDocument | None:
     """Move a blocked migration whose requirements are all done to ``pending``."""
     waits = waiting_for(rt, list(state.get("requires") or []))
     if waits:

@@ -21,6 +21,7 @@ from migronaut_core.background.lifecycle import requires_status, try_unblock, wa
 from migronaut_core.background.loading import BackgroundFiles
 from migronaut_core.background.runtime import LoadedBackground, Runtime
 from migronaut_core.background.spec import BackgroundSpec, read_stored
+from migronaut_core.background.store import StateDocument
 from migronaut_core.config import Config
 from migronaut_core.errors import (
     BackgroundPendingError,
@@ -218,7 +219,7 @@ class RunnerHooks:
 
     def _registered_spec(
         self, migration: LoadedMigration
-    ) -> tuple[LoadedBackground, BackgroundSpec, dict[str, Any] | None]:
+    ) -> tuple[LoadedBackground, BackgroundSpec, StateDocument | None]:
         """The file, the spec it runs by and its state: the spec stored at registration
         when there is one (the file may have been edited since), else the file's."""
         state = self.runtime.store.states.get(migration.name)
@@ -228,7 +229,7 @@ class RunnerHooks:
         loaded = self.files.resolve(migration, tolerant=True)
         return loaded, read_stored(state["spec"], name=migration.name), state
 
-    def _rewritten(self, name: str, state: dict[str, Any] | None) -> bool:
+    def _rewritten(self, name: str, state: StateDocument | None) -> bool:
         """Whether documents may be in the new shape: progress on its state, or adopted."""
         if state is not None:
             return self._has_rewritten(state)
@@ -256,7 +257,7 @@ class RunnerHooks:
                 {"migration": name},
             )
 
-    def _has_rewritten(self, state: dict[str, Any]) -> bool:
+    def _has_rewritten(self, state: StateDocument) -> bool:
         if state.get("status") == "completed" or (state.get("totals") or {}).get("migrated"):
             return True
         return any(
@@ -304,7 +305,7 @@ def _registration(
     }
 
 
-def _registered_as(state: dict[str, Any] | None, checksum: str, direction: str) -> bool:
+def _registered_as(state: StateDocument | None, checksum: str, direction: str) -> bool:
     """Whether ``state`` is a registration of this file in ``direction`` already."""
     return (
         state is not None

@@ -31,7 +31,7 @@ from migronaut_core.clock import utc_now
 from migronaut_core.json_shape import json_field, to_json_dict
 
 if TYPE_CHECKING:
-    from migronaut_core.background.store import BackgroundStore
+    from migronaut_core.background.store import BackgroundStore, PartitionDocument, StateDocument
 
 #: Failed documents listed in a status view (the state keeps up to MAX_BAD_IDS).
 VIEW_FAILED_DOCUMENTS = 20
@@ -236,12 +236,12 @@ def registered_names(store: BackgroundStore) -> list[str]:
     return [state["_id"] for state in store.states.list_states()]
 
 
-def status_json(store: BackgroundStore, state: Document) -> dict[str, Any]:
+def status_json(store: BackgroundStore, state: StateDocument) -> dict[str, Any]:
     """The JSON status of one background migration (see :class:`BackgroundStatusView`)."""
     return status_view(store, state).to_dict()
 
 
-def status_view(store: BackgroundStore, state: Document) -> BackgroundStatusView:
+def status_view(store: BackgroundStore, state: StateDocument) -> BackgroundStatusView:
     """The view of a state document, with its current partitions and live leases."""
     name = state["_id"]
     generation = state.get("generation", 0)
@@ -280,9 +280,7 @@ def status_view(store: BackgroundStore, state: Document) -> BackgroundStatusView
         requires=tuple(state.get("requires") or []),
         coordinator=json_safe(state.get("coordinator")),
         round=state.get("round"),
-        plan=json_safe(
-            {key: value for key, value in (state.get("plan") or {}).items() if key != "token"}
-        ),
+        plan=json_safe(_shown_plan(state)),
         sharding=sharding_json(state),
         created_at=_time(state.get("created_at")),
         started_at=_time(state.get("started_at")),
@@ -303,14 +301,20 @@ def status_view(store: BackgroundStore, state: Document) -> BackgroundStatusView
     )
 
 
+def _shown_plan(state: StateDocument) -> dict[str, Any]:
+    """The state's plan as a view shows it: without its token."""
+    plan = state.get("plan")
+    return {key: value for key, value in plan.items() if key != "token"} if plan else {}
+
+
 def runs_as(mode: Any) -> RunsAs | None:
     """How a migration of the spec's ``mode`` rewrites (see :data:`RunsAs`); None if unknown."""
     return _RUNS_AS.get(mode) if isinstance(mode, str) else None
 
 
-def partition_of(partition: Document) -> PartitionView:
+def partition_of(partition: PartitionDocument) -> PartitionView:
     """One partition's view (never the lease token)."""
-    lease = partition.get("lease") or {}
+    lease = partition.get("lease")
     stored = partition.get("throttle")
     return PartitionView(
         id=str(partition["_id"]),
@@ -343,26 +347,27 @@ def partition_of(partition: Document) -> PartitionView:
     )
 
 
-def partition_json(partition: Document) -> dict[str, Any]:
+def partition_json(partition: PartitionDocument) -> dict[str, Any]:
     """The JSON of one partition (see :class:`PartitionView`)."""
     return partition_of(partition).to_dict()
 
 
-def history_json(state: Document) -> list[dict[str, Any]]:
+def history_json(state: StateDocument) -> list[dict[str, Any]]:
     """The control history, oldest first: action, from, to, who, why, when."""
     return [json_safe(entry) for entry in state.get("history") or []]
 
 
-def progress(state: Document, partitions: Sequence[Document]) -> ProgressView:
+def progress(state: StateDocument, partitions: Sequence[PartitionDocument]) -> ProgressView:
     """Work done in this pass against its estimate (see :class:`ProgressView`)."""
-    plan = state.get("plan") or {}
+    plan = state.get("plan")
     current = [p for p in partitions if p.get("generation") == state.get("generation")]
     step_total = _step_total(current)
     source: ProgressSource = "plan" if step_total is None else "step"
     if step_total is not None:
         estimate, done_now = step_total, _step_done(current)
     else:
-        estimate, done_now = int(plan.get("estimate") or 0), _documents(current)
+        estimate = int(plan.get("estimate") or 0) if plan else 0
+        done_now = _documents(current)
     if state.get("status") == "completed":
         percent: float | None = 100.0
     elif estimate > 0:
@@ -371,40 +376,40 @@ def progress(state: Document, partitions: Sequence[Document]) -> ProgressView:
         percent = None
     return ProgressView(
         estimate=estimate,
-        at_least=bool(plan.get("at_least")) and source == "plan",
-        approximate=bool(plan.get("approximate")) and source == "plan",
+        at_least=bool(plan and plan.get("at_least")) and source == "plan",
+        approximate=bool(plan and plan.get("approximate")) and source == "plan",
         done=done_now,
         percent=percent,
         source=source,
     )
 
 
-def _counter(partition: Document, key: str) -> int:
+def _counter(partition: PartitionDocument, key: str) -> int:
     return int((partition.get("counters") or {}).get(key, 0))
 
 
-def _documents(partitions: Sequence[Document]) -> int:
+def _documents(partitions: Sequence[PartitionDocument]) -> int:
     return sum(_counter(p, "migrated") + _counter(p, "skipped") for p in partitions)
 
 
-def _step_total(partitions: Sequence[Document]) -> int | None:
+def _step_total(partitions: Sequence[PartitionDocument]) -> int | None:
     """The ``total`` the last step of this pass reported (a step migration's one partition)."""
     totals = [p["step_total"] for p in partitions if isinstance(p.get("step_total"), int)]
     return max(totals) if totals else None
 
 
-def _step_done(partitions: Sequence[Document]) -> int:
+def _step_done(partitions: Sequence[PartitionDocument]) -> int:
     """What the steps of this pass did: their ``processed``, else their ``migrated``."""
     processed = sum(_counter(p, "processed") for p in partitions)
     return processed or sum(_counter(p, "migrated") for p in partitions)
 
 
-def pass_started_at(state: Document) -> datetime | None:
+def pass_started_at(state: StateDocument) -> datetime | None:
     """When this pass was planned; ``started_at`` for states planned before it was recorded."""
     return _time(state.get("pass_started_at")) or _time(state.get("started_at"))
 
 
-def average_rate(state: Document, done_now: int) -> float | None:
+def average_rate(state: StateDocument, done_now: int) -> float | None:
     """This pass's documents per second since it was planned, to its completion (else now);
     None when untold."""
     started = pass_started_at(state)
@@ -417,14 +422,16 @@ def average_rate(state: Document, done_now: int) -> float | None:
     return done_now / elapsed if elapsed > 0 else None
 
 
-def eta_seconds(state: Document, done_now: int, estimate: int, rate: float | None) -> float | None:
+def eta_seconds(
+    state: StateDocument, done_now: int, estimate: int, rate: float | None
+) -> float | None:
     """Seconds left at ``rate`` (:func:`average_rate`) while running; None when untold."""
     if state.get("status") != "running" or estimate <= done_now or not rate:
         return None
     return round((estimate - done_now) / rate, 1)
 
 
-def sharding_json(state: Document) -> dict[str, Any] | None:
+def sharding_json(state: StateDocument) -> dict[str, Any] | None:
     """How the current plan split the collection: ``{mode, key, groups}``.
 
     ``mode`` is ``off`` (by ``_id``, not sharded or shard-awareness off),
@@ -440,14 +447,14 @@ def sharding_json(state: Document) -> dict[str, Any] | None:
     return dict(json_safe(recorded))
 
 
-def _by_status(partitions: Sequence[Document]) -> dict[str, int]:
+def _by_status(partitions: Sequence[PartitionDocument]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for partition in partitions:
         counts[partition["status"]] = counts.get(partition["status"], 0) + 1
     return counts
 
 
-def _unrolled(state: Document) -> bool:
+def _unrolled(state: StateDocument) -> bool:
     """The current pass's counters are still on its partitions, not in the totals."""
     return int(state.get("rolled_generation", 0)) < int(state.get("generation", 0))
 

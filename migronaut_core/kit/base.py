@@ -26,7 +26,7 @@ from migronaut_core.background.events import Events
 from migronaut_core.background.loading import BackgroundFiles
 from migronaut_core.background.registration import RunnerHooks, unblock_dependents
 from migronaut_core.background.runtime import Runtime
-from migronaut_core.background.store import BackgroundStore, WatchStore
+from migronaut_core.background.store import BackgroundStore, StateDocument, WatchStore
 from migronaut_core.background.telemetry import MetricsSink, Telemetry
 from migronaut_core.config import Config, load_config
 from migronaut_core.errors import ConfigInvalidError, ConnectionFailedError, NotAppliedError
@@ -194,7 +194,7 @@ class KitBase:
     def _warn_once(self, key: str, message: str, *args: Any) -> None:
         self._runtime.warn_once(key, message, *args)
 
-    def _registered(self, name: str) -> dict[str, Any]:
+    def _registered(self, name: str) -> StateDocument:
         """The state of a registered background migration; reads only.
 
         :raises NotAppliedError: it is not registered.

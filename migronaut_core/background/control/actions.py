@@ -24,6 +24,7 @@ from migronaut_core.background.lifecycle import waiting_for
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.spec import Direction, match_hash, read_stored
 from migronaut_core.background.states import TERMINAL, transition
+from migronaut_core.background.store import StateDocument
 from migronaut_core.changelog import Actor
 from migronaut_core.clock import monotonic, utc_now
 from migronaut_core.errors import BackgroundConflictError, ConfigInvalidError, NotAppliedError
@@ -179,7 +180,7 @@ def check_control(action: str, *, wait: bool = False, repin: bool = False) -> Co
     return known
 
 
-def _registered(rt: Runtime, name: str, action: str) -> dict[str, Any]:
+def _registered(rt: Runtime, name: str, action: str) -> StateDocument:
     """The state a control acts on: every control's one registration check.
 
     :raises NotAppliedError: it is not registered (as the kit's reads say).
@@ -242,7 +243,7 @@ def control(
 
 def _plan_move(
     rt: Runtime,
-    state: dict[str, Any],
+    state: StateDocument,
     action: str,
     effective: str,
     target: str,
@@ -278,7 +279,7 @@ def _plan_move(
     return target, fields
 
 
-def _pass_closed(state: dict[str, Any]) -> bool:
+def _pass_closed(state: StateDocument) -> bool:
     """A pass whose counters were rolled up is not resumed: a new pass takes what is left."""
     return state.get("plan") is not None and int(state.get("rolled_generation", 0)) >= int(
         state.get("generation", 0)
@@ -286,7 +287,7 @@ def _pass_closed(state: dict[str, Any]) -> bool:
 
 
 def _adjust_partitions(
-    rt: Runtime, state: dict[str, Any], action: str, effective: str, from_start: bool
+    rt: Runtime, state: StateDocument, action: str, effective: str, from_start: bool
 ) -> None:
     plan = state.get("plan")
     if plan is None:

@@ -48,6 +48,7 @@ from pymongo.errors import PyMongoError
 
 from migronaut_core.background.drift.watch.edges import drift_pipeline, edge_states
 from migronaut_core.background.spec import exclude_bad_ids, match_of, read_stored
+from migronaut_core.background.store import StateDocument
 from migronaut_core.background.store.drift_events import (
     DriftPosition,
     clear_drift_position_async,
@@ -161,7 +162,7 @@ class DriftSignal:
         }
 
 
-def drift_edges(states: Sequence[Mapping[str, Any]], collection: str) -> list[DriftEdge]:
+def drift_edges(states: Sequence[StateDocument], collection: str) -> list[DriftEdge]:
     """The edges a drift signal serves: :func:`~.watch.edge_states`, with their probes."""
     edges = []
     for state in edge_states(states, collection):

@@ -33,6 +33,7 @@ from migronaut_core.background.engine.batch import (
 from migronaut_core.background.job import Job, build_job
 from migronaut_core.background.runtime import LoadedBackground, Runtime
 from migronaut_core.background.spec import BackgroundSpec, read_stored
+from migronaut_core.background.store import StateDocument
 from migronaut_core.bson_values import canonical_id_key
 from migronaut_core.errors import DocError
 from migronaut_core.scrub import error_text
@@ -68,7 +69,7 @@ Transformed = list[tuple[Document, Document | None, DocError | None]]
 # ─── The job ──────────────────────────────────────────────────────────────────
 
 
-def spec_of(name: str, loaded: LoadedBackground, state: Mapping[str, Any] | None) -> BackgroundSpec:
+def spec_of(name: str, loaded: LoadedBackground, state: StateDocument | None) -> BackgroundSpec:
     """The registered spec when there is one (it wins for running lanes), else the file's."""
     if state is not None and state.get("spec"):
         return read_stored(state["spec"], name=name)
@@ -79,7 +80,7 @@ def dry_run_job(
     rt: Runtime,
     name: str,
     loaded: LoadedBackground,
-    state: Mapping[str, Any] | None,
+    state: StateDocument | None,
     *,
     steps: int | None,
     from_start: bool,
@@ -87,7 +88,7 @@ def dry_run_job(
     """The job a pass would run: the registered spec, direction and exclusions, or the file's."""
     check_mode(name, spec_of(name, loaded, state), steps=steps, from_start=from_start)
     # Built as lanes build it, so the preview refuses what lanes refuse (a shard key change).
-    return build_job(rt, name, loaded, state or {})
+    return build_job(rt, name, loaded, state)
 
 
 def transform_context(rt: Runtime, job: Job, session: ClientSession | None) -> TransformContext:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 import bson
@@ -32,6 +31,7 @@ from migronaut_core.background.dry_run.report import StepDryRunReport
 from migronaut_core.background.engine.steps import StepContext, read_step_result
 from migronaut_core.background.runtime import LoadedBackground, Runtime
 from migronaut_core.background.spec import BackgroundSpec, Direction
+from migronaut_core.background.store import StateDocument
 from migronaut_core.clock import monotonic
 from migronaut_core.errors import ConfigInvalidError, TransactionsUnsupportedError
 from migronaut_core.scrub import error_text
@@ -67,7 +67,7 @@ def dry_run_steps(
             "set or a sharded cluster; this server is standalone",
             {"migration": name},
         )
-    direction: Direction = "revert" if (state or {}).get("direction") == "revert" else "forward"
+    direction: Direction = "revert" if state and state.get("direction") == "revert" else "forward"
     checkpoint = None if from_start else _last_checkpoint(rt, name, state)
     previews = _run_steps(rt, name, loaded, spec, direction, checkpoint, count, state)
     return StepDryRunReport(
@@ -79,7 +79,7 @@ def dry_run_steps(
     )
 
 
-def _last_checkpoint(rt: Runtime, name: str, state: Mapping[str, Any] | None) -> Any:
+def _last_checkpoint(rt: Runtime, name: str, state: StateDocument | None) -> Any:
     if state is None:
         return None
     partitions = rt.store.partitions.list_partitions(
@@ -96,7 +96,7 @@ def _run_steps(
     direction: Direction,
     checkpoint: Any,
     count: int,
-    state: Mapping[str, Any] | None,
+    state: StateDocument | None,
 ) -> list[dict[str, Any]]:
     function = loaded.fns.step_for(direction)
     assert function is not None  # the spec guarantees a step for each direction it runs
@@ -113,7 +113,7 @@ def _run_steps(
                 ctx = StepContext(
                     migration=name,
                     direction=direction,
-                    generation=int((state or {}).get("generation", 0)),
+                    generation=int(state.get("generation", 0)) if state else 0,
                     checkpoint=checkpoint,
                     deadline=monotonic() + spec.slice_ms / 1000,
                     db=isolated_database(rt.db, isolation),

@@ -21,7 +21,12 @@ from pymongo.database import Database
 
 from migronaut_core.background.engine.batch import BatchResult, Document, TransformContext
 from migronaut_core.background.job import Job
-from migronaut_core.background.store import BackgroundStore, Lease
+from migronaut_core.background.store import (
+    BackgroundStore,
+    Lease,
+    PartitionDocument,
+    StateDocument,
+)
 from migronaut_core.background.throttle import Throttle, ThrottleChange
 from migronaut_core.bson_values import canonical_id_key
 from migronaut_core.clock import epoch_seconds
@@ -40,12 +45,12 @@ class PartitionContext:
 
     store: BackgroundStore
     lease: Lease
-    partition: Document
+    partition: PartitionDocument
     db: Database[Document]
     client: Any
     deadline: float
     throttle: Throttle
-    read_control: Callable[[], Document | None]
+    read_control: Callable[[], StateDocument | None]
     lease_lost: Callable[[], bool]
     #: Hears each written batch: ``{counters, latency_ms, batch_size}``.
     on_batch: Callable[[dict[str, Any]], None] | None = None
@@ -83,7 +88,7 @@ class PartitionResult:
     error: MigronautError | None = None
 
 
-def control_outcome(control: Mapping[str, Any] | None, job: Job, plan_token: str) -> str | None:
+def control_outcome(control: StateDocument | None, job: Job, plan_token: str) -> str | None:
     """What the state's status means for a lane on this partition; None: go on."""
     if control is None:
         return "cancelled"
@@ -92,8 +97,9 @@ def control_outcome(control: Mapping[str, Any] | None, job: Job, plan_token: str
         return str(status)
     if status != "running":
         return "stale"
-    plan = control.get("plan") or {}
-    if control.get("generation") != job.generation or plan.get("token") != plan_token:
+    plan = control.get("plan")
+    token = plan.get("token") if plan else None
+    if control.get("generation") != job.generation or token != plan_token:
         return "stale"
     return None
 
@@ -154,7 +160,8 @@ def checkpoint_batch(
 
 def noted_ids(ctx: PartitionContext) -> list[Any]:
     """The ids a dead lane noted on the partition before writing them, if any."""
-    return list((ctx.partition.get("inflight") or {}).get("ids") or [])
+    inflight = ctx.partition.get("inflight")
+    return list((inflight.get("ids") if inflight else None) or [])
 
 
 def settle_dead_lane_batch(job: Job, ctx: PartitionContext, read: Sequence[Document]) -> None:

@@ -22,6 +22,7 @@ from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.coordinator import Answer, Driver, coordinate
 from migronaut_core.background.lanes.lane import SliceResult, run_slice
 from migronaut_core.background.runtime import Runtime
+from migronaut_core.background.store import StateDocument
 from migronaut_core.background.views import status_json
 from migronaut_core.errors import (
     BackgroundFailedError,
@@ -190,7 +191,7 @@ def _finished(rt: Runtime, name: str, status: str | None) -> dict[str, Any]:
     return status_json(rt.store, state)
 
 
-def failed_error(state: dict[str, Any]) -> BackgroundFailedError:
+def failed_error(state: StateDocument) -> BackgroundFailedError:
     """The error a failed migration raises to whoever drove it, with its value-free reason."""
     reason = state.get("last_error")
     return BackgroundFailedError(

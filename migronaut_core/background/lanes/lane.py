@@ -40,7 +40,12 @@ from migronaut_core.background.engine.worker import process_partition
 from migronaut_core.background.job import Job, assert_transactions, job_for, plan_is_stale
 from migronaut_core.background.lifecycle import fail_state
 from migronaut_core.background.runtime import Runtime
-from migronaut_core.background.store import Lease, newer_schema
+from migronaut_core.background.store import (
+    Lease,
+    PartitionDocument,
+    StateDocument,
+    newer_schema,
+)
 from migronaut_core.background.telemetry import (
     ATTR_GENERATION,
     ATTR_OUTCOME,
@@ -135,9 +140,9 @@ class SliceContext:
 
     rt: Runtime
     job: Job
-    state: dict[str, Any]
+    state: StateDocument
     lease: Lease
-    partition: dict[str, Any]
+    partition: PartitionDocument
     #: When the slice ends (a :func:`~migronaut_core.clock.monotonic` value).
     deadline: float
     owner: str
@@ -193,7 +198,7 @@ def run_slice(
         return SliceResult("cancelled")
     status = state["status"]
     if status in ("paused", "cancelled", "failed"):
-        return SliceResult(status)
+        return SliceResult(cast(SliceOutcome, status))
     if status != "running" or state.get("phase") != "process" or state.get("plan") is None:
         return SliceResult("exhausted" if status == "completed" else "stale")
     # A newer release's plan may hold scopes this one cannot read: the coordinator waits, so do we.
@@ -312,12 +317,14 @@ def _held(held: SliceContext) -> PartitionResult:
     return result
 
 
-def _shard_of(partition: dict[str, Any]) -> str | None:
+def _shard_of(partition: PartitionDocument) -> str | None:
     group = partition.get("group")
     return None if group is None else str(group)
 
 
-def _batch_written(rt: Runtime, name: str, partition: dict[str, Any], info: dict[str, Any]) -> None:
+def _batch_written(
+    rt: Runtime, name: str, partition: PartitionDocument, info: dict[str, Any]
+) -> None:
     counters = info.get("counters") or {}
     rt.telemetry.batch_written(
         name,

@@ -8,7 +8,9 @@
   checkpoints and every other write fenced by a lease, release, reap);
 - :mod:`.watch`: the drift watcher's rows, one per watched collection;
 - :mod:`.converge_log`: every index converge created or dropped;
-- :mod:`.drift_events`: where the event-driven drift triggers resume their streams.
+- :mod:`.drift_events`: where the event-driven drift triggers resume their streams;
+- :mod:`.documents`: the shapes of the state, partition and lease documents
+  (``StateDocument``, ``PartitionDocument``, ``LeaseDocument``, ``HistoryEntry``).
 
 :class:`BackgroundStore` is the one handle callers use for the first three,
 composed of them: ``store.states``, ``store.partitions``, ``store.leases``.
@@ -23,6 +25,16 @@ from migronaut_core.background.store.converge_log import (
     ConvergeAction,
     ConvergeLog,
     converge_entry_view,
+)
+from migronaut_core.background.store.documents import (
+    ControlMark,
+    CoordinatorMark,
+    HistoryEntry,
+    InflightDocument,
+    LeaseDocument,
+    PartitionDocument,
+    PlanDocument,
+    StateDocument,
 )
 from migronaut_core.background.store.drift_events import (
     DriftPosition,
@@ -111,16 +123,24 @@ __all__ = [
     "WATCH_COUNTERS",
     "BackgroundStore",
     "Claim",
+    "ControlMark",
     "ConvergeAction",
     "ConvergeLog",
+    "CoordinatorMark",
     "Document",
     "DriftPosition",
     "Fence",
     "GenerationTotals",
+    "HistoryEntry",
+    "InflightDocument",
     "Lease",
+    "LeaseDocument",
     "Leases",
     "PartitionCounts",
+    "PartitionDocument",
     "PartitionDocuments",
+    "PlanDocument",
+    "StateDocument",
     "StateDocuments",
     "WatchStore",
     "aware",

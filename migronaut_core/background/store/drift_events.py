@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.database import Database
 
+from migronaut_core.background.store.documents import StateDocument
 from migronaut_core.config import BackgroundCollections
 
 __all__ = [
@@ -154,7 +155,7 @@ async def clear_drift_position_async(
 
 async def collection_states_async(
     db: AsyncDatabase[Document], collections: BackgroundCollections, collection: str
-) -> list[Document]:
+) -> list[StateDocument]:
     """The states of every background migration of ``collection`` (what its edges are made of)."""
     cursor = db[collections.state].find({"spec.collection": collection}, _STATE_PROJECTION)
-    return [dict(row) async for row in cursor]
+    return [cast("StateDocument", dict(row)) async for row in cursor]

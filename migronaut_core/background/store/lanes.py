@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.database import Database
 
+from migronaut_core.background.store.documents import StateDocument
 from migronaut_core.background.store.leases import live_leases_filter
 from migronaut_core.background.store.partitions import open_partitions_filter
 from migronaut_core.background.store.states import LANES_STATE_PROJECTION
@@ -49,7 +50,7 @@ class LanesSnapshot:
         return self.status == "running" and self.same_pass
 
 
-def _from_state(state: Mapping[str, Any] | None, generation: int, plan: str) -> LanesSnapshot:
+def _from_state(state: StateDocument | None, generation: int, plan: str) -> LanesSnapshot:
     if state is None:
         return LanesSnapshot(status=None, same_pass=False)
     recorded = state.get("plan")
@@ -68,7 +69,7 @@ def read_lanes(
 ) -> LanesSnapshot:
     """Look once at the lanes of pass (``generation``, ``plan``) of ``migration``."""
     state = db[collections.state].find_one({"_id": migration}, LANES_STATE_PROJECTION)
-    snapshot = _from_state(state, generation, plan)
+    snapshot = _from_state(cast("StateDocument | None", state), generation, plan)
     if not snapshot.running_this_pass:
         return snapshot
     partitions = db[collections.partitions]
@@ -88,7 +89,7 @@ async def read_lanes_async(
 ) -> LanesSnapshot:
     """:func:`read_lanes` through an ``AsyncMongoClient``'s database."""
     state = await db[collections.state].find_one({"_id": migration}, LANES_STATE_PROJECTION)
-    snapshot = _from_state(state, generation, plan)
+    snapshot = _from_state(cast("StateDocument | None", state), generation, plan)
     if not snapshot.running_this_pass:
         return snapshot
     partitions = db[collections.partitions]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from pymongo import ASCENDING, ReturnDocument
 from pymongo.client_session import ClientSession
@@ -30,7 +30,8 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 from pymongo.errors import DuplicateKeyError
 
-from migronaut_core.background.store.partitions import OPEN_STATUSES
+from migronaut_core.background.store.documents import PartitionDocument
+from migronaut_core.background.store.partitions import OPEN_STATUSES, as_rows
 from migronaut_core.background.store.states import MAX_DOC_ERRORS, Document
 from migronaut_core.clock import utc_now
 from migronaut_core.config import BackgroundCollections
@@ -64,7 +65,7 @@ class Lease:
 class Claim:
     """What a claim attempt got: a partition and its lease, or why not."""
 
-    partition: Document | None = None
+    partition: PartitionDocument | None = None
     lease: Lease | None = None
     exhausted: bool = False
     busy: bool = False
@@ -99,7 +100,7 @@ class Leases:
     """The leases on the partitions of background migrations in one database."""
 
     def __init__(self, db: Database[Document], names: BackgroundCollections) -> None:
-        self.collection: Collection[Document] = db[names.partitions]
+        self.collection = cast("Collection[PartitionDocument]", db[names.partitions])
 
     def required_indexes(self) -> list[RequiredIndex]:
         """The unique indexes that cap live leases (the slots and the group slots)."""
@@ -202,7 +203,7 @@ class Leases:
         for _ in range(max_parallel + shard_concurrency + 8):
             groups = {
                 row["_id"]: row["first"]
-                for row in self.collection.aggregate(
+                for row in as_rows(self.collection).aggregate(
                     [
                         {"$match": claimable},
                         {"$group": {"_id": "$group", "first": {"$min": "$index"}}},
@@ -255,7 +256,7 @@ class Leases:
                 group_held.setdefault(lease.get("group"), set()).add(lease["group_slot"])
         return held, group_held
 
-    def _take(self, target: Document, fields: Document) -> Document | None:
+    def _take(self, target: Document, fields: Document) -> PartitionDocument | None:
         """Lease the first partition matching ``target`` (pending before running, by index).
 
         :raises DuplicateKeyError: a slot in ``fields`` was taken meanwhile.
@@ -414,7 +415,7 @@ class Leases:
         return self.collection.count_documents(live_leases_filter(name), limit=1) > 0
 
 
-def _claimed(doc: Document, fields: Document, *, group: str | None = None) -> Claim:
+def _claimed(doc: PartitionDocument, fields: Document, *, group: str | None = None) -> Claim:
     """The claim of ``doc``, leased with the ``$set`` of :func:`_lease_fields`."""
     lease = Lease(
         doc["_id"],

@@ -27,6 +27,7 @@ from pymongo import ASCENDING
 from pymongo.collection import Collection
 from pymongo.database import Database
 
+from migronaut_core.background.store.documents import PartitionDocument, StateDocument
 from migronaut_core.background.store.states import (
     MAX_DOC_ERRORS,
     Document,
@@ -79,6 +80,11 @@ class GenerationTotals:
     last_error: str | None
 
 
+def as_rows(collection: Collection[PartitionDocument]) -> Collection[Document]:
+    """The partitions collection for an aggregation, whose rows are not partitions."""
+    return cast("Collection[Document]", collection)
+
+
 class PartitionDocuments:
     """The partitions of background migrations' plans in one database.
 
@@ -88,7 +94,7 @@ class PartitionDocuments:
     def __init__(
         self, db: Database[Document], names: BackgroundCollections, states: StateDocuments
     ) -> None:
-        self.collection: Collection[Document] = db[names.partitions]
+        self.collection = cast("Collection[PartitionDocument]", db[names.partitions])
         self._states = states
 
     def required_indexes(self) -> list[RequiredIndex]:
@@ -119,7 +125,7 @@ class PartitionDocuments:
         plan: Mapping[str, Any],
         scopes: Sequence[Mapping[str, Any]],
         fields: Mapping[str, Any],
-    ) -> Document | None:
+    ) -> StateDocument | None:
         """Insert a plan's partitions and point the state at it, if nobody planned first.
 
         A new pass starts a new generation; a replan keeps it (its superseded
@@ -133,22 +139,25 @@ class PartitionDocuments:
         if scopes:
             self.collection.insert_many(
                 [
-                    {
-                        "migration": name,
-                        "generation": target,
-                        "plan": token,
-                        "index": index,
-                        "scope": dict(scope),
-                        **({"group": scope["group"]} if "group" in scope else {}),
-                        "status": "pending",
-                        "cursor": {},
-                        "counters": {},
-                        "bad_ids": [],
-                        "doc_errors": [],
-                        "slice_failures": 0,
-                        "created_at": now,
-                        "updated_at": now,
-                    }
+                    cast(
+                        "PartitionDocument",
+                        {
+                            "migration": name,
+                            "generation": target,
+                            "plan": token,
+                            "index": index,
+                            "scope": dict(scope),
+                            **({"group": scope["group"]} if "group" in scope else {}),
+                            "status": "pending",
+                            "cursor": {},
+                            "counters": {},
+                            "bad_ids": [],
+                            "doc_errors": [],
+                            "slice_failures": 0,
+                            "created_at": now,
+                            "updated_at": now,
+                        },
+                    )
                     for index, scope in enumerate(scopes)
                 ],
                 ordered=False,
@@ -241,7 +250,7 @@ class PartitionDocuments:
         return None if latest is None else latest.get("updated_at")
 
     def partition_counts(self, name: str, *, generation: int, plan: str) -> PartitionCounts:
-        rows = self.collection.aggregate(
+        rows = as_rows(self.collection).aggregate(
             [
                 {"$match": {"migration": name, "generation": generation, "plan": plan}},
                 {
@@ -260,7 +269,9 @@ class PartitionDocuments:
         known = {key: value for key, value in counts.items() if key in PartitionCounts.__slots__}
         return PartitionCounts(**known)
 
-    def list_partitions(self, name: str, *, generation: int | None = None) -> list[Document]:
+    def list_partitions(
+        self, name: str, *, generation: int | None = None
+    ) -> list[PartitionDocument]:
         query: Document = {"migration": name}
         if generation is not None:
             query["generation"] = generation
@@ -269,7 +280,7 @@ class PartitionDocuments:
     def count_bad_ids(self, name: str, generation: int) -> int:
         """Failed documents so far: those rolled into the state plus this generation's."""
         rows = list(
-            self.collection.aggregate(
+            as_rows(self.collection).aggregate(
                 [
                     {"$match": {"migration": name, "generation": generation}},
                     {

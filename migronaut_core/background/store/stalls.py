@@ -16,13 +16,13 @@ on its way nor forgets one that never took effect.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from pymongo.asynchronous.database import AsyncDatabase
 
+from migronaut_core.background.store.documents import StateDocument
 from migronaut_core.background.store.leases import live_leases_filter
 from migronaut_core.config import BackgroundCollections
 
@@ -47,7 +47,7 @@ class StallEvidence:
     :param signalled_at: when that signal fired (as stored).
     """
 
-    state: Mapping[str, Any]
+    state: StateDocument
     live_lease: bool
     last_partition_write: Any
     signalled_since: datetime | None = None
@@ -71,7 +71,8 @@ async def read_stall_evidence_async(
     partitions = db[collections.partitions]
     signals = db[collections.drift_events]
     found = []
-    async for state in states:
+    async for row in states:
+        state = cast("StateDocument", row)
         name = str(state["_id"])
         if await partitions.find_one(live_leases_filter(name), _ID_ONLY) is not None:
             found.append(StallEvidence(state, live_lease=True, last_partition_write=None))

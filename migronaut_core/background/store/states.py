@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from pymongo import ASCENDING, ReturnDocument
 from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
 from pymongo.database import Database
 
+from migronaut_core.background.store.documents import HistoryEntry, StateDocument
 from migronaut_core.clock import utc_now
 from migronaut_core.config import BackgroundCollections
 from migronaut_core.required_indexes import RequiredIndex
@@ -37,7 +38,7 @@ Document = dict[str, Any]
 LANES_STATE_PROJECTION: Mapping[str, int] = {"status": 1, "generation": 1, "plan.token": 1}
 
 
-def newer_schema(state: Mapping[str, Any]) -> bool:
+def newer_schema(state: StateDocument) -> bool:
     """Whether a newer release wrote ``state``: its plan may hold what this one cannot
     read, so coordinators and lanes leave it to a process of that release."""
     return int(state.get("schema", 1)) > STATE_SCHEMA
@@ -56,7 +57,7 @@ class StateDocuments:
     """
 
     def __init__(self, db: Database[Document], names: BackgroundCollections) -> None:
-        self.collection: Collection[Document] = db[names.state]
+        self.collection = cast("Collection[StateDocument]", db[names.state])
         self._partitions: Collection[Document] = db[names.partitions]
 
     @property
@@ -75,13 +76,15 @@ class StateDocuments:
             ),
         ]
 
-    def get(self, name: str, *, projection: Mapping[str, Any] | None = None) -> Document | None:
+    def get(
+        self, name: str, *, projection: Mapping[str, Any] | None = None
+    ) -> StateDocument | None:
         return self.collection.find_one({"_id": name}, projection)
 
-    def get_many(self, names: Sequence[str]) -> dict[str, Document]:
+    def get_many(self, names: Sequence[str]) -> dict[str, StateDocument]:
         return {doc["_id"]: doc for doc in self.collection.find({"_id": {"$in": list(names)}})}
 
-    def list_states(self, query: Mapping[str, Any] | None = None) -> list[Document]:
+    def list_states(self, query: Mapping[str, Any] | None = None) -> list[StateDocument]:
         return list(self.collection.find(dict(query or {}), {"history": 0}).sort("created_at", 1))
 
     def register(
@@ -92,7 +95,7 @@ class StateDocuments:
         action: str = "register",
         by: str | None = None,
         session: ClientSession | None = None,
-    ) -> Document:
+    ) -> StateDocument:
         """Start a registration afresh (a first ``up``, or a ``down`` that reverts).
 
         The partitions of any earlier registration go: a lane still working one
@@ -116,7 +119,7 @@ class StateDocuments:
             "registered_at": now,
             **fields,
         }
-        entry = {"action": action, "to": fields.get("status"), "by": by, "at": now}
+        entry: HistoryEntry = {"action": action, "to": fields.get("status"), "by": by, "at": now}
         doc = self.collection.find_one_and_update(
             {"_id": name},
             {
@@ -150,7 +153,7 @@ class StateDocuments:
 
     def cas(
         self, name: str, expected: Mapping[str, Any], update: Mapping[str, Any]
-    ) -> Document | None:
+    ) -> StateDocument | None:
         """Apply ``update`` if the state still matches ``expected``; the state after, or None."""
         return self.collection.find_one_and_update(
             {"_id": name, **expected}, dict(update), return_document=ReturnDocument.AFTER
@@ -166,7 +169,7 @@ class StateDocuments:
         fields: Mapping[str, Any] | None = None,
         by: str | None = None,
         reason: str | None = None,
-    ) -> Document | None:
+    ) -> StateDocument | None:
         """Change the status if it is one of ``from_statuses``, recording it in ``history``.
 
         Returns the state after, or None when the status was not one of them (a

@@ -8,13 +8,14 @@ pure: they read state documents and build the pipeline, nothing else.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from migronaut_core.background.job import Job
 from migronaut_core.background.spec import REWRITING_MODES
 from migronaut_core.background.states import TERMINAL
+from migronaut_core.background.store import StateDocument
 
 __all__ = [
     "Edge",
@@ -43,9 +44,7 @@ class Edge:
     signature: tuple[Any, ...]
 
 
-def watched_collections(
-    states: Sequence[Mapping[str, Any]], wanted: Sequence[str] | None
-) -> list[str]:
+def watched_collections(states: Sequence[StateDocument], wanted: Sequence[str] | None) -> list[str]:
     """Collections with a completed forward migration that rewrites documents (Python
     or update pipeline) and no revert at work."""
     completed: set[str] = set()
@@ -67,7 +66,7 @@ def watched_collections(
     return sorted(names)
 
 
-def edge_states(states: Sequence[Mapping[str, Any]], collection: str) -> list[Mapping[str, Any]]:
+def edge_states(states: Sequence[StateDocument], collection: str) -> list[StateDocument]:
     """The states a collection's watcher upgrades with, in order of source version.
 
     Empty while a revert is at work on the collection: the watcher stands aside.
@@ -87,7 +86,7 @@ def edge_states(states: Sequence[Mapping[str, Any]], collection: str) -> list[Ma
     )
 
 
-def edge_signature(state: Mapping[str, Any]) -> tuple[Any, ...]:
+def edge_signature(state: StateDocument) -> tuple[Any, ...]:
     """What tells a migration's edge from a re-read one (the stream reloads when it changes)."""
     return (
         state["_id"],

@@ -1,0 +1,182 @@
+"""The shapes of the documents the store keeps: what it writes is the contract.
+
+Each :class:`~typing.TypedDict` lists every key the store (or a caller through
+it: a registration's fields, a status move's, a checkpoint's) writes on that
+document, so every read of one is checked by ``mypy --strict``. Keys a document
+does not always carry are not required; a read with ``[]`` of one is a claim
+that the caller knows it is there (a partition of a committed plan has a
+``plan``), a read with ``.get`` is not.
+
+- :class:`StateDocument`: one per background migration (``states.py``), with
+  its :class:`PlanDocument`, :class:`CoordinatorMark`, :class:`ControlMark` and
+  :data:`HistoryEntry` list;
+- :class:`PartitionDocument`: one scope of a plan (``partitions.py``), with the
+  :class:`LeaseDocument` a lane holds on it (``leases.py``) and its
+  :class:`InflightDocument`.
+
+No document is checked when it is read: these are types only (a cast at the
+store's read boundary), at no cost at run time.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Required, TypedDict
+
+#: An entry of a state's ``history``: a status move (``from`` → ``to``) or an
+#: operator's act that moves none (``repin``, ``unlock``). ``from`` is a keyword,
+#: hence the functional form.
+HistoryEntry = TypedDict(
+    "HistoryEntry",
+    {
+        "action": Required[str],
+        "at": Required[datetime],
+        "from": str,
+        "to": "str | None",
+        "by": "str | None",
+        "reason": str,
+        "requested_by": str,
+        "replan": bool,
+        "lock": bool,
+        "leases": int,
+    },
+    total=False,
+)
+
+
+class PlanDocument(TypedDict, total=False):
+    """A state's committed plan (``plan``): its token and how it was made."""
+
+    token: Required[str]
+    partitioner: str
+    method: str
+    estimate: int
+    #: The hash of what the pass matches (a plan of another match is replanned).
+    match: str
+    at_least: bool
+    approximate: bool
+    degraded: str
+    epoch: Any
+    sharding: dict[str, Any]
+
+
+class CoordinatorMark(TypedDict, total=False):
+    """The last coordinator step on a state (``coordinator``)."""
+
+    kind: Required[str]
+    at: Required[datetime]
+    ref: str
+
+
+class ControlMark(TypedDict, total=False):
+    """The last control applied to a state (``control``)."""
+
+    action: Required[str]
+    at: Required[datetime]
+    requested_by: str
+    reason: str
+
+
+#: One background migration's state. ``pass`` is a keyword, hence the functional form.
+StateDocument = TypedDict(
+    "StateDocument",
+    {
+        "_id": Required[str],
+        # -- written by every registration (``StateDocuments.register``) --
+        "schema": int,
+        "registration": str,
+        "status": str,
+        "mode": str,
+        "direction": str,
+        "spec": "dict[str, Any]",
+        "checksum": str,
+        "requires": "list[str]",
+        "waits_for": "list[str]",
+        "collection": "str | None",
+        "description": "str | None",
+        "phase": str,
+        "generation": int,
+        "pass": int,
+        "rolled_generation": int,
+        "totals": "dict[str, int]",
+        "bad_ids": "list[Any]",
+        "doc_errors": "list[dict[str, Any]]",
+        "failed_partitions": int,
+        "last_error": "str | None",
+        "updated_at": datetime,
+        "registered_at": datetime,
+        "created_at": datetime,
+        "history": "list[HistoryEntry]",
+        # -- written as it runs --
+        "plan": PlanDocument,
+        "started_at": datetime,
+        "pass_started_at": datetime,
+        "last_progress_at": datetime,
+        "completed_at": datetime,
+        "failed_at": datetime,
+        "coordinator": CoordinatorMark,
+        "round": int,
+        "control": ControlMark,
+        "reopened": int,
+    },
+    total=False,
+)
+
+
+class LeaseDocument(TypedDict, total=False):
+    """A lane's lease on a partition (``lease``); its expiry is judged on the server's clock
+    (``renewed_at`` + ``ttl_ms`` against ``$$NOW``)."""
+
+    token: Required[str]
+    owner: Required[str]
+    slot: Required[int]
+    ttl_ms: Required[int]
+    renewed_at: datetime
+    claimed_at: datetime
+    group: str
+    group_slot: int
+
+
+class InflightDocument(TypedDict):
+    """The ids a lane's batch is about to write (``inflight``)."""
+
+    ids: list[Any]
+
+
+class PartitionDocument(TypedDict, total=False):
+    """One scope of a plan: its cursor, counters, failures and lease."""
+
+    _id: Required[Any]
+    migration: Required[str]
+    generation: Required[int]
+    #: The token of the plan it belongs to.
+    plan: Required[str]
+    index: Required[int]
+    scope: Required[dict[str, Any]]
+    group: str
+    status: Required[str]
+    cursor: Required[dict[str, Any]]
+    counters: Required[dict[str, int]]
+    bad_ids: Required[list[Any]]
+    doc_errors: Required[list[dict[str, Any]]]
+    slice_failures: Required[int]
+    created_at: Required[datetime]
+    updated_at: Required[datetime]
+    lease: LeaseDocument
+    inflight: InflightDocument
+    throttle: dict[str, Any]
+    last_error: str
+    #: A step migration's total (``fields`` of its checkpoint).
+    step_total: int
+
+
+__all__ = [
+    "ControlMark",
+    "CoordinatorMark",
+    "HistoryEntry",
+    "InflightDocument",
+    "LeaseDocument",
+    "PartitionDocument",
+    "PlanDocument",
+    "StateDocument",
+]
