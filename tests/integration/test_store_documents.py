@@ -72,9 +72,9 @@ def test_every_stored_key_is_declared(
 ) -> None:
     seed_users(db, 600)
     write_background(migrations, batch_size=100, max_parallel=2)
-    kit.up()
+    kit.runs.up()
     _check_state(db)
-    answer = kit.coordinate_background(SPLIT_NAME)
+    answer = kit.background.coordinate(SPLIT_NAME)
     assert answer.next == "process" and answer.plan is not None
     _check_state(db)
 
@@ -99,11 +99,12 @@ def test_every_stored_key_is_declared(
     assert _check_partitions(db) == 1
     store.leases.release(claim.lease)
 
-    kit.control_background(SPLIT_NAME, "pause", actor="ops", reason="look")
-    kit.control_background(SPLIT_NAME, "resume", actor="ops")
-    kit.unlock_background(SPLIT_NAME, requested_by="ops")
+    kit.background.control(SPLIT_NAME, "pause", requested_by="ops", reason="look")
+    kit.background.control(SPLIT_NAME, "resume", requested_by="ops")
+    kit.background.control(SPLIT_NAME, "unlock", requested_by="ops")
     _check_state(db)
 
-    assert kit.run_background(SPLIT_NAME, concurrency=2)["status"] == "completed"
+    finished = kit.background.run(SPLIT_NAME, concurrency=2)
+    assert finished is not None and finished.status == "completed"
     _check_state(db)
     _check_partitions(db)
