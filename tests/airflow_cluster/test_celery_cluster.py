@@ -115,8 +115,11 @@ def test_a_triggerer_restart_while_the_sensor_and_lanes_are_deferred(
     airflow_cluster: Cluster, scenarios: list[Scenario]
 ) -> None:
     airflow = airflow_cluster.airflow
+    # Three times the documents: each lane has several 3 s slices of work, so the
+    # triggerer goes down mid-run however the lanes were spread (with 3,000 a lane's
+    # share could end in its first slice and the migration finish before the kill).
     scenario = airflow_cluster.scenario(
-        "triggerer", **{**FAULT_MIGRATION, "extra": '"slice_ms": 3000,'}
+        "triggerer", **{**FAULT_MIGRATION, "documents": 9_000, "extra": '"slice_ms": 3000,'}
     )
     scenarios.append(scenario)
     first = scenario.start()
