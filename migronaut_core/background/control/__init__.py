@@ -4,6 +4,6 @@
   each action takes it (pure: no database; below the engine, so its own moves
   read the same table);
 - :mod:`.actions` — the controls themselves (pause, resume, cancel, retry,
-  reopen, repin, unlock), each a compare-and-set on the state recorded in its
+  retry from start, repin, unlock), each a compare-and-set on the state recorded in its
   history with who asked and why.
 """

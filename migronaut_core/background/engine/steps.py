@@ -42,7 +42,8 @@ class StepContext:
     """What ``step(ctx)`` receives.
 
     ``checkpoint`` is what the previous step returned (None at first). Return by
-    ``deadline`` (a ``time.monotonic()`` value) when you can: the lane yields then.
+    ``deadline`` (a :func:`~migronaut_core.clock.monotonic` value) when you can: the
+    lane yields then.
     ``session`` is set in transactional mode: pass it to every write.
     """
 

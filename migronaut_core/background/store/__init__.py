@@ -9,6 +9,8 @@
 - :mod:`.watch`: the drift watcher's rows, one per watched collection;
 - :mod:`.converge_log`: every index converge created or dropped;
 - :mod:`.drift_events`: where the event-driven drift triggers resume their streams;
+- :mod:`.lanes`: the reads Airflow's lanes sensor and its trigger wait on (sync and async);
+- :mod:`.stalls`: the stall watch's reads of running migrations and what it signalled;
 - :mod:`.documents`: the shapes of the state, partition and lease documents
   (``StateDocument``, ``PartitionDocument``, ``LeaseDocument``, ``HistoryEntry``).
 
