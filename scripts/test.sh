@@ -35,9 +35,14 @@ if [ "$#" -eq 0 ]; then
   nice -n 19 bash "$ROOT/scripts/compat.sh" >"$compat_log" 2>&1 &
   compat_pid=$!
 fi
-echo "==> pytest"
+# Worker processes (pytest-xdist): most of the suite waits on mongod, Airflow and
+# subprocesses, so three workers keep two cores busy. Each test module runs whole on one
+# worker; the Airflow standalone tests share one worker, the Celery-cluster tests another,
+# and both go first (tests/conftest.py). MIGRONAUT_TEST_WORKERS=0 runs in this process.
+workers="${MIGRONAUT_TEST_WORKERS:-3}"
+echo "==> pytest ($workers workers)"
 suite=0
-"$VENV/bin/pytest" "$@" || suite=$?
+"$VENV/bin/pytest" -n "$workers" --no-loadscope-reorder "$@" || suite=$?
 if [ -n "$compat_pid" ]; then
   compat=0
   wait "$compat_pid" || compat=$?

@@ -32,8 +32,17 @@ _TESTS_DIR = Path(__file__).resolve().parent
 _FOLDER_MARKERS = {"integration": "integration", "chaos": "chaos"}
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark tests by folder, so ``-m integration`` and ``-m chaos`` select them."""
+#: Folders whose tests share one expensive set-up per worker process (an ``airflow
+#: standalone``, the Celery cluster): under pytest-xdist each runs whole on one worker,
+#: and first, since each is a long chain of the run.
+_SHARED_SETUP_GROUPS = {
+    "tests/airflow/e2e/": "airflow-standalone",
+    "tests/airflow_cluster/": "cluster",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark tests by folder (``-m integration``, ``-m chaos``); shared set-ups go first."""
     for item in items:
         try:
             folder = item.path.resolve().relative_to(_TESTS_DIR).parts[0]
@@ -42,6 +51,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         marker = _FOLDER_MARKERS.get(folder)
         if marker is not None:
             item.add_marker(marker)
+    items.sort(key=lambda item: work_unit(item.nodeid) not in _SHARED_SETUP_GROUPS.values())
+
+
+def work_unit(nodeid: str) -> str:
+    """What one worker runs whole: a shared set-up's folder, else the test's module."""
+    module = nodeid.split("::", 1)[0]
+    for prefix, group in _SHARED_SETUP_GROUPS.items():
+        if module.startswith(prefix):
+            return group
+    return module
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, absent without it
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Spread whole work units (:func:`work_unit`) over the workers, in collection order.
+
+    ``scripts/test.sh`` runs ``-n N``: most of the suite waits on mongod, Airflow and
+    subprocesses. A module's tests stay on one worker (its module fixtures start once),
+    a shared set-up's folder too, so its Airflow deployments never overlap.
+    """
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WorkUnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return WorkUnitScheduling(config, log)
 
 
 @pytest.fixture(scope="session")
