@@ -12,7 +12,7 @@
 - :mod:`.lanes`: the reads Airflow's lanes sensor and its trigger wait on (sync and async);
 - :mod:`.stalls`: the stall watch's reads of running migrations and what it signalled;
 - :mod:`.documents`: the shapes of the state, partition and lease documents
-  (``StateDocument``, ``PartitionDocument``, ``LeaseDocument``, ``HistoryEntry``).
+  (``StateDocument``, ``PartitionDocument``, ``LeaseDocument``, ``HistoryDocument``).
 
 :class:`BackgroundStore` is the one handle callers use for the first three,
 composed of them: ``store.states``, ``store.partitions``, ``store.leases``.
@@ -31,7 +31,7 @@ from migronaut_core.background.store.converge_log import (
 from migronaut_core.background.store.documents import (
     ControlMark,
     CoordinatorMark,
-    HistoryEntry,
+    HistoryDocument,
     InflightDocument,
     LeaseDocument,
     PartitionDocument,
@@ -133,7 +133,7 @@ __all__ = [
     "DriftPosition",
     "Fence",
     "GenerationTotals",
-    "HistoryEntry",
+    "HistoryDocument",
     "InflightDocument",
     "Lease",
     "LeaseDocument",

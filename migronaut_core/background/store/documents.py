@@ -9,7 +9,7 @@ that the caller knows it is there (a partition of a committed plan has a
 
 - :class:`StateDocument`: one per background migration (``states.py``), with
   its :class:`PlanDocument`, :class:`CoordinatorMark`, :class:`ControlMark` and
-  :data:`HistoryEntry` list;
+  :data:`HistoryDocument` list;
 - :class:`PartitionDocument`: one scope of a plan (``partitions.py``), with the
   :class:`LeaseDocument` a lane holds on it (``leases.py``) and its
   :class:`InflightDocument`.
@@ -26,8 +26,8 @@ from typing import Any, Required, TypedDict
 #: An entry of a state's ``history``: a status move (``from`` → ``to``) or an
 #: operator's act that moves none (``repin``, ``unlock``). ``from`` is a keyword,
 #: hence the functional form.
-HistoryEntry = TypedDict(
-    "HistoryEntry",
+HistoryDocument = TypedDict(
+    "HistoryDocument",
     {
         "action": Required[str],
         "at": Required[datetime],
@@ -106,7 +106,7 @@ StateDocument = TypedDict(
         "updated_at": datetime,
         "registered_at": datetime,
         "created_at": datetime,
-        "history": "list[HistoryEntry]",
+        "history": "list[HistoryDocument]",
         # -- written as it runs --
         "plan": PlanDocument,
         "started_at": datetime,
@@ -173,7 +173,7 @@ class PartitionDocument(TypedDict, total=False):
 __all__ = [
     "ControlMark",
     "CoordinatorMark",
-    "HistoryEntry",
+    "HistoryDocument",
     "InflightDocument",
     "LeaseDocument",
     "PartitionDocument",
