@@ -23,9 +23,10 @@ Messages name migrations, collections, fields and times, never document values.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from migronaut_core import files
 from migronaut_core.audit import Finding
@@ -141,7 +142,7 @@ def _index_findings(
 def _watch_findings(watch: WatchStore) -> Iterator[Finding]:
     for row in watch.statuses():
         if row.get("state") in ("streaming", "starting") and not row.get("fresh"):
-            leader = row.get("leader") or {}
+            leader: Mapping[str, Any] = row.get("leader") or {}
             where = f"{leader.get('host') or '?'} pid {leader.get('pid') or '?'}"
             yield Finding(
                 "dead_watcher",

@@ -14,7 +14,6 @@ from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.drift import verify as drift
 from migronaut_core.background.drift import watch as watching
 from migronaut_core.background.drift.watch import Watcher
-from migronaut_core.background.store import watch_view
 from migronaut_core.changelog import Actor
 from migronaut_core.kit.base import KitBase
 from migronaut_core.kit.results import VerifyReport, WatchStatus
@@ -120,8 +119,7 @@ class Drift:
         none); never the resume token.
         """
         rows = [
-            WatchStatus.from_row(watch_view(row))
-            for row in self._kit._watch_store().statuses(collection)
+            WatchStatus.from_document(row) for row in self._kit._watch_store().statuses(collection)
         ]
         if collection is not None:
             return rows[0] if rows else None

@@ -1,20 +1,28 @@
 """The typed results of the kit's reads that had only a JSON shape before.
 
 Each is a frozen, slotted dataclass built from what the engine reads (a
-runnable row, a control history entry, a converge log entry, a drift watcher's
-row, a drift poll's report); its ``to_dict()`` is the JSON the kit's old
+runnable row, a control history entry, a converge log entry and a drift
+watcher's row as the store keeps them, a drift poll's report); its times are
+the stored ones, in UTC. Its ``to_dict()`` is the JSON the kit's old
 dict-returning methods gave, by the one conversion of
-:mod:`migronaut_core.json_shape`, so the CLI's ``--json`` and the UI show what
-they showed before.
+:mod:`migronaut_core.json_shape` (a history entry's: the entry as recorded), so
+the CLI's ``--json`` and the UI show what they showed before.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
+from migronaut_core.background.store import (
+    WATCH_COUNTERS,
+    ConvergeLogDocument,
+    WatchStatusRow,
+    aware,
+    resume_position,
+)
 from migronaut_core.bson_values import json_safe
 from migronaut_core.json_shape import json_field, to_json_dict
 
@@ -31,15 +39,14 @@ __all__ = [
 
 
 def _time(value: Any) -> datetime | None:
-    """A datetime as it is, ISO text (a JSON row's time) parsed; None for anything else."""
-    if isinstance(value, datetime):
-        return value
-    if isinstance(value, str):
-        try:
-            return datetime.fromisoformat(value)
-        except ValueError:
-            return None
-    return None
+    """A stored time as it is; None for anything else."""
+    return value if isinstance(value, datetime) else None
+
+
+def _utc(value: Any) -> datetime | None:
+    """A stored time in UTC (a naive one, from a client without ``tz_aware``, is UTC);
+    None for anything else."""
+    return aware(value).astimezone(UTC) if isinstance(value, datetime) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,15 +112,15 @@ class ConvergeLogEntry:
     by: Mapping[str, Any]
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> ConvergeLogEntry:
-        """From the row the converge log shows (``collection, action, index, key, at, by``)."""
+    def from_document(cls, entry: ConvergeLogDocument) -> ConvergeLogEntry:
+        """From the entry as the converge log keeps it."""
         return cls(
-            collection=row.get("collection"),
-            action=row.get("action"),
-            index=row.get("index"),
-            key=dict(row.get("key") or {}),
-            at=_time(row.get("at")),
-            by=dict(row.get("by") or {}),
+            collection=entry.get("collection"),
+            action=entry.get("action"),
+            index=entry.get("index"),
+            key=json_safe(dict(entry.get("key") or {})),
+            at=_utc(entry.get("at")),
+            by=dict(entry.get("by") or {}),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -159,33 +166,34 @@ class WatchStatus:
     resume: WatchResume
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> WatchStatus:
-        """From the row the watch store shows (see its ``watch_view``)."""
+    def from_document(cls, row: WatchStatusRow) -> WatchStatus:
+        """From the row as the watch store reads it (``statuses``): every counter of
+        :data:`~migronaut_core.background.store.WATCH_COUNTERS` (0 when it has none),
+        where a new leader would resume, never the tokens."""
         leader = row.get("leader")
-        resume = row.get("resume") or {}
+        counters = dict.fromkeys(WATCH_COUNTERS, 0)
+        counters.update({key: int(value) for key, value in (row.get("counters") or {}).items()})
+        saved = bool(row.get("resume_saved"))
+        at, lag = resume_position(row)
         return cls(
-            collection=row["collection"],
-            state=row["state"],
+            collection=row["_id"],
+            state=row.get("state", "starting"),
             edges=tuple(row.get("edges") or ()),
             target=row.get("target"),
-            leader=None
-            if leader is None
-            else WatchLeader(
+            leader=WatchLeader(
                 host=leader.get("host"),
                 pid=leader.get("pid"),
                 owner=leader.get("owner"),
-                since=_time(leader.get("since")),
-            ),
-            counters=dict(row.get("counters") or {}),
-            last_event_at=_time(row.get("last_event_at")),
+                since=_utc(leader.get("since")),
+            )
+            if leader
+            else None,
+            counters=counters,
+            last_event_at=_utc(row.get("last_event_at")),
             last_error=row.get("last_error"),
-            updated_at=_time(row.get("updated_at")),
-            fresh=bool(row.get("fresh")),
-            resume=WatchResume(
-                saved=bool(resume.get("saved")),
-                at=_time(resume.get("at")),
-                lag_seconds=resume.get("lag_seconds"),
-            ),
+            updated_at=_utc(row.get("updated_at")),
+            fresh=bool(row.get("fresh", False)),
+            resume=WatchResume(saved=saved, at=_utc(at), lag_seconds=lag),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from migronaut_core.audit import fold as fold_findings
 from migronaut_core.background import audit as audits
 from migronaut_core.background.indexes import ConvergeReport
 from migronaut_core.background.indexes import converge as converge_collections
-from migronaut_core.background.store import ConvergeLog, converge_entry_view
+from migronaut_core.background.store import ConvergeLog
 from migronaut_core.baseline import BaselineResult
 from migronaut_core.baseline import baseline as adopt
 from migronaut_core.changelog import Actor
@@ -192,7 +192,7 @@ class Runs:
         """
         check_int("limit", limit, 1)
         entries = _converge_log(self._kit).read(collection, limit)
-        return [ConvergeLogEntry.from_row(converge_entry_view(entry)) for entry in entries]
+        return [ConvergeLogEntry.from_document(entry) for entry in entries]
 
     # -- audit ---------------------------------------------------------------------------
 

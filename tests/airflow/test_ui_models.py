@@ -10,12 +10,20 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Collection
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from migronaut_airflow.plugins.models import MigrationDetail, MigrationSummary, Permissions
 from migronaut_airflow.plugins.readings import detail, summaries
 from migronaut_airflow.plugins.throughput import ThroughputSampler
-from migronaut_core import BackgroundStatusView, HistoryEntry, Migronaut, WatchStatus
+from migronaut_core import (
+    BackgroundStatusView,
+    HistoryEntry,
+    Migronaut,
+    WatchLeader,
+    WatchResume,
+    WatchStatus,
+)
 from tests.support.result_shapes import CASES
 
 STATUS = CASES["status"]
@@ -40,19 +48,19 @@ HISTORY: list[dict[str, Any]] = [
     },
     {"action": "reopen", "from": "completed", "to": "pending"},
 ]
-WATCH: dict[str, Any] = {
-    "collection": "users",
-    "state": "watching",
-    "edges": ["1->2"],
-    "target": 2,
-    "leader": {"host": "h", "pid": 3, "owner": "o", "since": "2026-01-02T03:04:05+00:00"},
-    "counters": {"healed": 1},
-    "last_event_at": None,
-    "last_error": None,
-    "updated_at": "2026-01-02T03:04:05+00:00",
-    "fresh": True,
-    "resume": {"saved": True, "at": None, "lag_seconds": None},
-}
+WATCH = WatchStatus(
+    collection="users",
+    state="watching",
+    edges=("1->2",),
+    target=2,
+    leader=WatchLeader(host="h", pid=3, owner="o", since=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)),
+    counters={"healed": 1},
+    last_event_at=None,
+    last_error=None,
+    updated_at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+    fresh=True,
+    resume=WatchResume(saved=True, at=None, lag_seconds=None),
+)
 
 
 class FakeBackground:
@@ -81,7 +89,7 @@ class FakeDrift:
     """``kit.drift``'s watch status, answering a fixed row."""
 
     def watch_status(self, collection: str) -> WatchStatus | None:
-        return WatchStatus.from_row(WATCH) if collection == "users" else None
+        return WATCH if collection == "users" else None
 
 
 class FakeKit:

@@ -20,7 +20,7 @@ from migronaut_core.background.store import (
     BackgroundStore,
     ControlMark,
     CoordinatorMark,
-    HistoryEntry,
+    HistoryDocument,
     LeaseDocument,
     PartitionDocument,
     PlanDocument,
@@ -46,7 +46,7 @@ def _check_state(db: Database[dict[str, Any]]) -> None:
     assert _undeclared(state, StateDocument) == set()
     assert StateDocument.__required_keys__ <= set(state)
     for entry in state.get("history") or []:
-        assert _undeclared(entry, HistoryEntry) == set(), entry
+        assert _undeclared(entry, HistoryDocument) == set(), entry
     if state.get("plan") is not None:
         assert _undeclared(state["plan"], PlanDocument) == set()
     if state.get("coordinator") is not None:

@@ -1,7 +1,9 @@
 """What a dry run reports: per-document previews and the reports of both kinds.
 
-Every type here is frozen and JSON-safe through ``to_dict``; none holds a
-document value, only ``_id``s, field names, counts and value-free error texts.
+Every type here is frozen and JSON-safe through ``to_dict`` (the one conversion of
+:mod:`migronaut_core.json_shape`; a preview's, either its changes or its error, by
+hand); none holds a document value, only ``_id``s, field names, counts and
+value-free error texts.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Any, Literal
 
 from migronaut_core.background.spec import Direction
 from migronaut_core.bson_values import json_safe
-from migronaut_core.json_shape import to_json_dict
+from migronaut_core.json_shape import json_field, to_json_dict
 
 __all__ = ["DocumentPreview", "DryRunReport", "Method", "StepDryRunReport"]
 
@@ -69,58 +71,47 @@ class DryRunReport:
     :param file_changed: the file on disk differs from the registered one (its
         functions ran with the registered spec; lanes wait until it is repinned).
     :param method: ``sample`` (random matching documents) or ``first`` (by ``_id``).
-    :param size: how many documents were asked for.
+    :param size: how many documents were asked for (the JSON names it by ``method``).
     :param validate: the real write path ran in an aborted transaction.
     :param estimate: matching documents counted (``None``: the count ran out of time).
     :param at_least: the count stopped at its cap; ``estimate`` is a floor.
     :param documents: one preview per document looked at, in ``_id`` order.
+
+    ``registered`` and ``totals`` are derived from these when the report is built.
     """
 
     migration: str
     collection: str
     direction: Direction
+    #: The migration is registered (``status`` is not ``None``).
+    registered: bool = field(init=False, repr=False, compare=False)
     status: str | None
     file_changed: bool
-    method: Method
-    size: int
+    method: Method = field(metadata=json_field(omit="always"))
+    size: int = field(metadata=json_field(name_from="method"))
     validate: bool
     estimate: int | None
     at_least: bool
+    #: ``documents`` looked at, how many ``would_change`` (beyond the version stamp),
+    #: stay ``unchanged`` but for the stamp, and ``errors``.
+    totals: dict[str, int] = field(init=False, repr=False, compare=False)
     documents: tuple[DocumentPreview, ...]
 
-    @property
-    def registered(self) -> bool:
-        return self.status is not None
-
-    @property
-    def totals(self) -> dict[str, int]:
-        """``documents`` looked at, how many ``would_change`` (beyond the version stamp),
-        stay ``unchanged`` but for the stamp, and ``errors``."""
+    def __post_init__(self) -> None:
         errors = sum(1 for doc in self.documents if doc.failed)
         changing = sum(1 for doc in self.documents if not doc.failed and doc.changed)
-        return {
+        totals = {
             "documents": len(self.documents),
             "would_change": changing,
             "unchanged": len(self.documents) - errors - changing,
             "errors": errors,
         }
+        object.__setattr__(self, "registered", self.status is not None)
+        object.__setattr__(self, "totals", totals)
 
     def to_dict(self) -> dict[str, Any]:
         """The report as JSON-safe data (ids rendered like the status views render them)."""
-        return {
-            "migration": self.migration,
-            "collection": self.collection,
-            "direction": self.direction,
-            "registered": self.registered,
-            "status": self.status,
-            "file_changed": self.file_changed,
-            self.method: self.size,
-            "validate": self.validate,
-            "estimate": self.estimate,
-            "at_least": self.at_least,
-            "totals": self.totals,
-            "documents": [doc.to_dict() for doc in self.documents],
-        }
+        return to_json_dict(self)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from migronaut_core.background.indexes.rules import (
 )
 from migronaut_core.definitions import CollectionDefinition
 from migronaut_core.errors import ConfigInvalidError
-from migronaut_core.json_shape import json_field, to_json, to_json_dict
+from migronaut_core.json_shape import json_field, to_json_dict
 from migronaut_core.required_indexes import RequiredIndex, missing_error
 
 if TYPE_CHECKING:
@@ -72,10 +72,26 @@ class IndexReport:
 
 @dataclass(frozen=True, slots=True)
 class ConvergeReport:
-    """Everything one converge did, collection by collection, then what prune did."""
+    """Everything one converge did, collection by collection, then what prune did.
+
+    ``created_count`` and ``dropped_count`` (the JSON's ``created`` and ``dropped``)
+    are derived when the report is built.
+    """
 
     collections: tuple[IndexReport, ...]
+    #: How many indexes this converge created.
+    created_count: int = field(
+        init=False, repr=False, compare=False, metadata=json_field(name="created")
+    )
     pruned: tuple[PruneReport, ...] = ()
+    #: How many indexes this converge's prune dropped.
+    dropped_count: int = field(
+        init=False, repr=False, compare=False, metadata=json_field(name="dropped")
+    )
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "created_count", len(self.created))
+        object.__setattr__(self, "dropped_count", len(self.dropped))
 
     @property
     def created(self) -> tuple[IndexReport, ...]:
@@ -90,12 +106,7 @@ class ConvergeReport:
     def to_dict(self) -> dict[str, Any]:
         """Each collection's and each pruned index's report, with how many were created and
         dropped."""
-        return {
-            "collections": to_json(self.collections),
-            "created": len(self.created),
-            "pruned": to_json(self.pruned),
-            "dropped": len(self.dropped),
-        }
+        return to_json_dict(self)
 
 
 @dataclass(frozen=True, slots=True)

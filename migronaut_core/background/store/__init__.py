@@ -11,8 +11,9 @@
 - :mod:`.drift_events`: where the event-driven drift triggers resume their streams;
 - :mod:`.lanes`: the reads Airflow's lanes sensor and its trigger wait on (sync and async);
 - :mod:`.stalls`: the stall watch's reads of running migrations and what it signalled;
-- :mod:`.documents`: the shapes of the state, partition and lease documents
-  (``StateDocument``, ``PartitionDocument``, ``LeaseDocument``, ``HistoryEntry``).
+- :mod:`.documents`: the shapes of the documents it keeps (``StateDocument``,
+  ``HistoryDocument``, ``PartitionDocument``, ``LeaseDocument``,
+  ``ConvergeLogDocument``, ``WatchDocument``…).
 
 :class:`BackgroundStore` is the one handle callers use for the first three,
 composed of them: ``store.states``, ``store.partitions``, ``store.leases``.
@@ -23,20 +24,19 @@ from __future__ import annotations
 
 from pymongo.database import Database
 
-from migronaut_core.background.store.converge_log import (
-    ConvergeAction,
-    ConvergeLog,
-    converge_entry_view,
-)
+from migronaut_core.background.store.converge_log import ConvergeAction, ConvergeLog
 from migronaut_core.background.store.documents import (
     ControlMark,
+    ConvergeLogDocument,
     CoordinatorMark,
-    HistoryEntry,
+    HistoryDocument,
     InflightDocument,
     LeaseDocument,
     PartitionDocument,
     PlanDocument,
     StateDocument,
+    WatchDocument,
+    WatchLeaderDocument,
 )
 from migronaut_core.background.store.drift_events import (
     DriftPosition,
@@ -68,9 +68,10 @@ from migronaut_core.background.store.watch import (
     STREAMING_FRESH_SECONDS,
     WATCH_COUNTERS,
     Fence,
+    WatchStatusRow,
     WatchStore,
     aware,
-    watch_view,
+    resume_position,
 )
 from migronaut_core.config import BackgroundCollections
 from migronaut_core.required_indexes import RequiredIndex, ensure_indexes
@@ -128,12 +129,13 @@ __all__ = [
     "ControlMark",
     "ConvergeAction",
     "ConvergeLog",
+    "ConvergeLogDocument",
     "CoordinatorMark",
     "Document",
     "DriftPosition",
     "Fence",
     "GenerationTotals",
-    "HistoryEntry",
+    "HistoryDocument",
     "InflightDocument",
     "Lease",
     "LeaseDocument",
@@ -144,16 +146,18 @@ __all__ = [
     "PlanDocument",
     "StateDocument",
     "StateDocuments",
+    "WatchDocument",
+    "WatchLeaderDocument",
+    "WatchStatusRow",
     "WatchStore",
     "aware",
     "clear_drift_position_async",
     "collection_states_async",
-    "converge_entry_view",
     "live_leases_filter",
     "newer_schema",
     "open_partitions_filter",
     "read_drift_position",
     "read_drift_position_async",
+    "resume_position",
     "save_drift_position_async",
-    "watch_view",
 ]

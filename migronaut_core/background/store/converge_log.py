@@ -5,25 +5,25 @@
 name, key pattern, ``created`` or ``dropped``), when (the server's clock) and by
 whom (the actor, host and pid). Prune drops only an index this log says converge
 created and has not dropped since (:meth:`ConvergeLog.created`): never one a user
-made. :func:`converge_entry_view` is what callers show of an entry.
+made. Its reads return the entries as stored (:class:`ConvergeLogDocument`).
 """
 
 from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal, cast
 
 from bson import ObjectId
 from pymongo import ASCENDING, DESCENDING
 from pymongo.collection import Collection
 from pymongo.database import Database
 
-from migronaut_core.bson_values import json_safe
+from migronaut_core.background.store.documents import ConvergeLogDocument
 from migronaut_core.changelog import Actor
 
-__all__ = ["ConvergeAction", "ConvergeLog", "converge_entry_view"]
+__all__ = ["ConvergeAction", "ConvergeLog"]
 
 Document = dict[str, Any]
 _NEWEST_FIRST = [("at", DESCENDING), ("_id", DESCENDING)]
@@ -88,9 +88,9 @@ class ConvergeLog:
         )
         return result.upserted_id is not None
 
-    def created(self) -> list[Document]:
+    def created(self) -> list[ConvergeLogDocument]:
         """The indexes converge created and has not dropped since: each one's latest entry."""
-        return list(
+        return _entries(
             self.entries.aggregate(
                 [
                     {"$sort": {"at": ASCENDING, "_id": ASCENDING}},
@@ -107,10 +107,15 @@ class ConvergeLog:
             )
         )
 
-    def read(self, collection: str | None = None, limit: int = 100) -> list[Document]:
+    def read(self, collection: str | None = None, limit: int = 100) -> list[ConvergeLogDocument]:
         """The latest ``limit`` entries (of one collection, or all), newest first."""
         match: Document = {} if collection is None else {"collection": collection}
-        return list(self.entries.find(match).sort(_NEWEST_FIRST).limit(limit))
+        return _entries(self.entries.find(match).sort(_NEWEST_FIRST).limit(limit))
+
+
+def _entries(found: Iterable[Document]) -> list[ConvergeLogDocument]:
+    """Entries as stored (a cast: the log holds only what :meth:`ConvergeLog._insert` wrote)."""
+    return cast("list[ConvergeLogDocument]", list(found))
 
 
 def _entry(
@@ -126,16 +131,4 @@ def _entry(
         "index": name,
         "key": dict(key),
         "by": {**actor.fields(), "host": socket.gethostname(), "pid": os.getpid()},
-    }
-
-
-def converge_entry_view(entry: Mapping[str, Any]) -> dict[str, Any]:
-    """An entry as callers show it: ``collection, action, index, key, at, by``."""
-    return {
-        "collection": entry.get("collection"),
-        "action": entry.get("action"),
-        "index": entry.get("index"),
-        "key": json_safe(dict(entry.get("key") or {})),
-        "at": json_safe(entry.get("at")),
-        "by": dict(entry.get("by") or {}),
     }

@@ -9,10 +9,14 @@ that the caller knows it is there (a partition of a committed plan has a
 
 - :class:`StateDocument`: one per background migration (``states.py``), with
   its :class:`PlanDocument`, :class:`CoordinatorMark`, :class:`ControlMark` and
-  :data:`HistoryEntry` list;
+  :data:`HistoryDocument` list;
 - :class:`PartitionDocument`: one scope of a plan (``partitions.py``), with the
   :class:`LeaseDocument` a lane holds on it (``leases.py``) and its
-  :class:`InflightDocument`.
+  :class:`InflightDocument`;
+- :class:`ConvergeLogDocument`: one index converge created or dropped
+  (``converge_log.py``);
+- :class:`WatchDocument`: a drift watcher's row (``watch.py``), with its
+  :class:`WatchLeaderDocument`.
 
 No document is checked when it is read: these are types only (a cast at the
 store's read boundary), at no cost at run time.
@@ -26,8 +30,8 @@ from typing import Any, Required, TypedDict
 #: An entry of a state's ``history``: a status move (``from`` → ``to``) or an
 #: operator's act that moves none (``repin``, ``unlock``). ``from`` is a keyword,
 #: hence the functional form.
-HistoryEntry = TypedDict(
-    "HistoryEntry",
+HistoryDocument = TypedDict(
+    "HistoryDocument",
     {
         "action": Required[str],
         "at": Required[datetime],
@@ -106,7 +110,7 @@ StateDocument = TypedDict(
         "updated_at": datetime,
         "registered_at": datetime,
         "created_at": datetime,
-        "history": "list[HistoryEntry]",
+        "history": "list[HistoryDocument]",
         # -- written as it runs --
         "plan": PlanDocument,
         "started_at": datetime,
@@ -170,13 +174,60 @@ class PartitionDocument(TypedDict, total=False):
     step_total: int
 
 
+class ConvergeLogDocument(TypedDict):
+    """One entry of the converge log: an index converge ``created`` or ``dropped``."""
+
+    #: An ``ObjectId``, or for a creation the claim that names the index's entry before
+    #: it (``{created: <collection>, index, after}``).
+    _id: Any
+    collection: str
+    action: str
+    #: The index's name.
+    index: str
+    key: dict[str, Any]
+    #: The actor's ``requested_by`` and ``reason``, and the ``host`` and ``pid``.
+    by: dict[str, Any]
+    #: The server's clock when it was recorded.
+    at: datetime
+
+
+class WatchLeaderDocument(TypedDict, total=False):
+    """The process leading a drift watcher (``leader``)."""
+
+    owner: Required[str]
+    host: str
+    pid: int
+    since: datetime
+
+
+class WatchDocument(TypedDict, total=False):
+    """A drift watcher's row, one per watched collection; written only by its leader."""
+
+    #: The watched collection.
+    _id: Required[str]
+    leader: WatchLeaderDocument
+    #: The fencing token of the leader's lock.
+    fence: int
+    state: str
+    edges: list[str]
+    target: int
+    counters: dict[str, int]
+    last_event_at: datetime
+    last_error: str
+    updated_at: datetime
+    resume_token: dict[str, Any]
+
+
 __all__ = [
     "ControlMark",
+    "ConvergeLogDocument",
     "CoordinatorMark",
-    "HistoryEntry",
+    "HistoryDocument",
     "InflightDocument",
     "LeaseDocument",
     "PartitionDocument",
     "PlanDocument",
     "StateDocument",
+    "WatchDocument",
+    "WatchLeaderDocument",
 ]

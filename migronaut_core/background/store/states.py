@@ -18,7 +18,7 @@ from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
 from pymongo.database import Database
 
-from migronaut_core.background.store.documents import HistoryEntry, StateDocument
+from migronaut_core.background.store.documents import HistoryDocument, StateDocument
 from migronaut_core.clock import utc_now
 from migronaut_core.config import BackgroundCollections
 from migronaut_core.required_indexes import RequiredIndex
@@ -119,7 +119,7 @@ class StateDocuments:
             "registered_at": now,
             **fields,
         }
-        entry: HistoryEntry = {"action": action, "to": fields.get("status"), "by": by, "at": now}
+        entry: HistoryDocument = {"action": action, "to": fields.get("status"), "by": by, "at": now}
         doc = self.collection.find_one_and_update(
             {"_id": name},
             {

@@ -2,8 +2,9 @@
 
 :class:`WatchStore` is the only reader and writer of that collection. A row is
 written only by its collection's current leader, fenced by its lock
-(:class:`Fence`); :func:`watch_view` is what status shows of a row (never the
-resume token nor the fencing token: only the cluster time its position is at).
+(:class:`Fence`). Status reads the rows as stored (:class:`WatchStatusRow`) but
+never their resume token, only the cluster time its position is at
+(:func:`resume_position`).
 """
 
 from __future__ import annotations
@@ -11,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Required, cast
 
 from pymongo import ReturnDocument
 from pymongo.collection import Collection
 from pymongo.database import Database
 
-from migronaut_core.bson_values import json_safe
+from migronaut_core.background.store.documents import WatchDocument
 
 Document = dict[str, Any]
 
@@ -27,6 +28,17 @@ STREAMING_FRESH_SECONDS = 60.0
 WATCH_COUNTERS = ("events", "upgraded", "errors", "skipped")
 #: Hex characters of a resume token's ``_data`` that hold its cluster time (type byte + 8).
 _HEAD_CHARS = 18
+
+
+class WatchStatusRow(WatchDocument, total=False):
+    """A row as :meth:`WatchStore.statuses` reads it: its resume token left out, its
+    position described (``resume_saved``, ``resume_head``), ``now`` the server's clock
+    and ``fresh`` whether it was written within :data:`STREAMING_FRESH_SECONDS`."""
+
+    resume_saved: Required[bool]
+    resume_head: Required[str | None]
+    now: Required[datetime]
+    fresh: Required[bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +62,7 @@ class WatchStore:
     def __init__(self, db: Database[Document], name: str) -> None:
         self.rows: Collection[Document] = db[name]
 
-    def take(self, collection: str, fence: Fence, leader: Mapping[str, Any]) -> Document:
+    def take(self, collection: str, fence: Fence, leader: Mapping[str, Any]) -> WatchDocument:
         """Become the row's leader (the caller holds the lock); return the row."""
         row = self.rows.find_one_and_update(
             {"_id": collection},
@@ -69,7 +81,7 @@ class WatchStore:
             return_document=ReturnDocument.AFTER,
         )
         assert row is not None  # an upsert returns the document after it
-        return row
+        return cast("WatchDocument", row)
 
     def save(
         self,
@@ -95,7 +107,7 @@ class WatchStore:
         )
         return result.matched_count == 1
 
-    def statuses(self, collection: str | None = None) -> list[Document]:
+    def statuses(self, collection: str | None = None) -> list[WatchStatusRow]:
         """The rows (one, or all by name) without their resume tokens, with freshness.
 
         ``fresh`` is judged by the server's clock: the row was written within
@@ -105,7 +117,7 @@ class WatchStore:
         """
         match: Document = {} if collection is None else {"_id": collection}
         token_data = "$resume_token._data"
-        return list(
+        rows = list(
             self.rows.aggregate(
                 [
                     {"$match": match},
@@ -142,6 +154,7 @@ class WatchStore:
                 ]
             )
         )
+        return cast("list[WatchStatusRow]", rows)
 
     def streaming_collections(self) -> list[str]:
         """Collections a live leader streams right now (its row fresh by the server's clock).
@@ -170,47 +183,17 @@ def token_time(head: Any) -> datetime | None:
     return datetime.fromtimestamp(seconds, UTC)
 
 
-def _resume_view(row: Mapping[str, Any]) -> dict[str, Any]:
-    """Where a new leader would resume: saved or not, the position's time, how far behind now."""
+def resume_position(row: WatchStatusRow) -> tuple[datetime | None, float | None]:
+    """Where a new leader would resume: the cluster time of the saved position and how
+    many seconds it is behind the server's clock (None, None: none saved, or unreadable)."""
     at = token_time(row.get("resume_head")) if row.get("resume_saved") else None
     now = row.get("now")
     lag = None
     if at is not None and isinstance(now, datetime):
         lag = round(max(0.0, (aware(now) - at).total_seconds()), 1)
-    return {"saved": bool(row.get("resume_saved")), "at": json_safe(at), "lag_seconds": lag}
+    return at, lag
 
 
 def aware(value: datetime) -> datetime:
     """``value`` with its time zone: a naive one (a client without ``tz_aware``) is UTC."""
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
-def watch_view(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A watcher row as status shows it: never the resume token nor the fencing token.
-
-    ``resume``: whether a position is saved, its cluster time (``at``) and
-    ``lag_seconds`` behind the server's clock — what a successor would replay.
-    """
-    leader = row.get("leader") or {}
-    counters = {key: 0 for key in WATCH_COUNTERS}
-    counters.update({key: int(value) for key, value in (row.get("counters") or {}).items()})
-    return {
-        "collection": row["_id"],
-        "state": row.get("state", "starting"),
-        "edges": list(row.get("edges") or []),
-        "target": row.get("target"),
-        "leader": {
-            "host": leader.get("host"),
-            "pid": leader.get("pid"),
-            "owner": leader.get("owner"),
-            "since": json_safe(leader.get("since")),
-        }
-        if leader
-        else None,
-        "counters": counters,
-        "last_event_at": json_safe(row.get("last_event_at")),
-        "last_error": row.get("last_error"),
-        "updated_at": json_safe(row.get("updated_at")),
-        "fresh": bool(row.get("fresh", False)),
-        "resume": _resume_view(row),
-    }
