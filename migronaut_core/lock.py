@@ -17,6 +17,7 @@ import os
 import socket
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
@@ -91,6 +92,8 @@ class MongoLock:
             "requested_by": requested_by,
         }
         self._heartbeat: _Heartbeat | None = None
+        self._on_lost: list[Callable[[], None]] = []
+        self._on_lost_guard = threading.Lock()
 
     # -- acquiring -----------------------------------------------------------------
 
@@ -206,6 +209,27 @@ class MongoLock:
     def lost(self) -> bool:
         return self._heartbeat is not None and self._heartbeat.lost.is_set()
 
+    def on_lost(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once the heartbeat finds the lock lost (at once if it has).
+
+        The holder's work stops at its next check instead of running to its
+        end unguarded: a lock that lapsed or was taken over protects nothing.
+        Called from the heartbeat's thread: it must be quick and must not raise.
+        """
+        with self._on_lost_guard:
+            self._on_lost.append(callback)
+        if self.lost:
+            callback()
+
+    def _lost_found(self) -> None:
+        with self._on_lost_guard:
+            callbacks = list(self._on_lost)
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                log.exception("a callback of the lost %s %s raised; ignored", self.label, self.name)
+
     def release(self) -> bool:
         """Give the lock up; keeps the document so tokens stay monotonic."""
         if self.token is None:
@@ -283,6 +307,7 @@ class _Heartbeat(threading.Thread):
                 if not self._lock.renew():
                     log.warning("%s %s lost", self._lock.label, self._lock.name)
                     self.lost.set()
+                    self._lock._lost_found()
                     return
             except PyMongoError as exc:
                 # A blip is survivable: the TTL covers two more attempts.

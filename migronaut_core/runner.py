@@ -90,7 +90,9 @@ class MigrationContext:
 class MigrationResult:
     name: str
     kind: MigrationKind
-    status: Literal["applied", "reverted", "registered", "withdrawn", "waiting"]
+    #: ``applied`` for every ``up`` (a background migration's ``up`` registers it: its
+    #: documents are rewritten later), ``reverted`` for every ``down``.
+    status: Literal["applied", "reverted", "withdrawn", "waiting"]
     duration_ms: int
     details: dict[str, Any] = field(default_factory=dict, metadata=json_field(omit="empty"))
 
@@ -431,7 +433,7 @@ class MigrationRunner:
         listed = ", ".join(f"{entry['migration']} ({entry['status']})" for entry in waiting)
         raise BackgroundPendingError(
             f"{migration.name} requires background migration(s) that have not completed: {listed}",
-            {"name": migration.name, "waits_for": waiting},
+            {"migration": migration.name, "waits_for": waiting},
         )
 
     def _execute(
@@ -465,7 +467,7 @@ class MigrationRunner:
                 raise
             raise error from exc
         duration = int(elapsed_ms(started))
-        status = _result_status(direction, migration)
+        status = _result_status(direction)
         log.info("run %s: %s %s in %d ms", run.run_id, status, migration.name, duration)
         if migration.kind == "background":
             self.background.recorded(migration, direction, details)
@@ -572,12 +574,10 @@ def _record(
     )
 
 
-def _result_status(
-    direction: Direction, migration: LoadedMigration
-) -> Literal["applied", "reverted", "registered"]:
-    if direction == "down":
-        return "reverted"
-    return "registered" if migration.kind == "background" else "applied"
+def _result_status(direction: Direction) -> Literal["applied", "reverted"]:
+    """A run's word for a migration it ran, whatever its kind (as the changelog records it:
+    a registered background migration is applied; ``kind`` tells the two apart)."""
+    return "reverted" if direction == "down" else "applied"
 
 
 def new_run_id() -> str:

@@ -6,7 +6,9 @@ it; a step that finds the lock held answers ``busy``. A step answers:
 
 - ``process`` — lanes have work (``lanes``: how many could start now);
 - ``wait`` — nothing to do yet (``retry_after_ms``): leases draining, a deploy in
-  progress (the file's checksum differs from the registered one), a lost plan race;
+  progress (the file's checksum differs from the registered one), a lost plan race,
+  or the step was stopped (``stopping``: its caller's cancel token fired, or its
+  coordinator lock was lost mid-step — then it commits no plan and closes no pass);
 - ``done`` — completed, failed, cancelled, paused or blocked (``status``);
 - ``busy`` — another coordinator holds the lock;
 - ``superseded`` — a driver with rounds (Airflow) whose round is not the latest.
@@ -202,9 +204,13 @@ def coordinate(
     except LockAlreadyHeldError:
         return _retry_soon(rt, next="busy")
     driver = driver or Driver()
+    # The step stops as a cancelled one does when its lock is lost mid-step (it lapsed,
+    # was taken over or unlocked): whatever it would still write is no longer guarded.
+    step = (cancel or CancelToken()).child()
+    lock.on_lost(lambda: step.cancel("coordinator lock lost"))
     # The span opens once the lock is held: a busy coordinator makes none.
     with lock, rt.telemetry.span(SPAN_COORDINATE, name, {ATTR_DRIVER: driver.kind}) as span:
-        answer = _step(rt, name, driver, cancel or CancelToken())
+        answer = _step(rt, name, driver, step)
         span.set(ATTR_OUTCOME, answer.next)
         span.set(ATTR_STATUS, answer.status)
         span.set(ATTR_REASON, answer.reason)
@@ -358,6 +364,9 @@ def plan_pass(
             max_parallel=spec.max_parallel,
             settings=spec.partitions,
         )
+    if job.cancel.cancelled:
+        # Stopped, or the coordinator lock was lost, while planning: commit nothing.
+        return _retry_soon(rt, "stopping")
     pass_number = int(state.get("pass", 0)) + (1 if new_pass else 0)
     expected: dict[str, Any] = {"status": {"$in": ["pending", "running"]}}
     if state.get("checksum") is not None:
@@ -466,7 +475,11 @@ def finalize(rt: Runtime, job: Job, state: StateDocument) -> Answer | NextPass:
             state,
             f"{state['failed_partitions']} partition(s) failed: {state.get('last_error')}",
         )
-    if _remaining(rt, job, state) == 0:
+    remaining = _remaining(rt, job, state)
+    if job.cancel.cancelled:
+        # Stopped, or the coordinator lock was lost, while counting: decide nothing.
+        return _retry_soon(rt, "stopping")
+    if remaining == 0:
         return _complete(rt, job, state, generation)
     if int(state.get("pass", 0)) >= job.spec.max_passes:
         return _failed(

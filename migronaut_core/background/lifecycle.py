@@ -10,7 +10,7 @@ these, so each lives here once; each move's from-statuses are the state machine'
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from migronaut_core.background.runtime import Runtime
@@ -22,8 +22,18 @@ from migronaut_core.scrub import error_text
 log = logging.getLogger("migronaut_core.background")
 
 
-def fail_state(rt: Runtime, state: StateDocument, reason: str | BaseException) -> str:
-    """Move a background migration to ``failed`` with a value-free reason; return that reason."""
+def fail_state(
+    rt: Runtime,
+    state: StateDocument,
+    reason: str | BaseException,
+    *,
+    stamp: Mapping[str, Any] | None = None,
+) -> str:
+    """Move a background migration to ``failed`` with a value-free reason; return that reason.
+
+    ``stamp``: what the ``background:failed`` event carries besides (a lane's
+    ``run_id``, so listeners know which lane failed it).
+    """
     message = error_text(reason)
     failed = rt.store.states.move(
         state["_id"],
@@ -34,7 +44,7 @@ def fail_state(rt: Runtime, state: StateDocument, reason: str | BaseException) -
     )
     if failed is not None:
         rt.forget_migration(state["_id"])
-        rt.emit("background:failed", {"migration": state["_id"], "error": message})
+        rt.emit("background:failed", {**(stamp or {}), "migration": state["_id"], "error": message})
         log.error("background migration %s failed: %s", state["_id"], message)
     return message
 

@@ -251,10 +251,12 @@ class RunnerHooks:
         spec_doc = state.get("spec") or {}
         view = drive(self.runtime, name, concurrency=int(spec_doc.get("max_parallel", 1)))
         if view.get("status") == "blocked":
+            waits_for = [str(other) for other in view.get("waits_for", [])]
             raise BackgroundPendingError(
                 f"background migration {name} cannot run inline: it waits for "
-                f"{', '.join(view.get('waits_for', []))}",
-                {"migration": name},
+                f"{', '.join(waits_for)}",
+                # As the run's requires guard says it: ``{migration, status}`` each.
+                {"migration": name, "waits_for": self.unfinished(waits_for)},
             )
 
     def _has_rewritten(self, state: StateDocument) -> bool:

@@ -251,7 +251,9 @@ def control(kit: Migronaut, args: argparse.Namespace) -> int:
     """Pause, resume, cancel, retry, repin or unlock one; print what changed."""
     command, name = args.background_command, args.name
     action = check_control("retry_from_start" if getattr(args, "from_start", False) else command)
-    before = _registered_status(kit, name).get("status")
+    # An unlock clears what a withdrawn migration left behind too: no state needed.
+    view = _view(kit, name) if action == "unlock" else _registered_status(kit, name)
+    before = None if view is None else view.get("status")
     result = kit.background.control(
         name,
         action,
@@ -268,14 +270,20 @@ def control(kit: Migronaut, args: argparse.Namespace) -> int:
 
 
 def _registered_status(kit: Migronaut, name: str) -> dict[str, Any]:
-    files.validate_name(name)
-    view = kit.background.status(name)
+    view = _view(kit, name)
     if view is None:
         raise NotAppliedError(
             f"background migration {name} is not registered; run `migronaut up` first",
             {"migration": name},
         )
-    return view.to_dict()
+    return view
+
+
+def _view(kit: Migronaut, name: str) -> dict[str, Any] | None:
+    """Its status view as JSON, or None when it has no state."""
+    files.validate_name(name)
+    view = kit.background.status(name)
+    return None if view is None else view.to_dict()
 
 
 def _print_step_dry_run(data: dict[str, Any]) -> None:

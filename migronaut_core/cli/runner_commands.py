@@ -14,6 +14,7 @@ from typing import Any
 
 from migronaut_core import ConvergeReport, Migronaut, RunPlan, RunResult, StatusRow
 from migronaut_core.cli.output import emit, print_findings
+from migronaut_core.runner import MigrationResult
 
 #: ``audit``'s exit status when a finding is an error (warnings alone exit 0).
 AUDIT_ERRORS_EXIT = 20
@@ -107,6 +108,14 @@ def create(kit: Migronaut, args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_label(item: MigrationResult) -> str:
+    """What a person reads for a migration a run ran: an applied background migration
+    was registered (its documents are rewritten later by its lanes)."""
+    if item.kind == "background" and item.status == "applied":
+        return "registered"
+    return item.status
+
+
 def _print_run(result: RunResult, *, as_json: bool) -> None:
     if as_json:
         emit(result.to_dict())
@@ -114,7 +123,7 @@ def _print_run(result: RunResult, *, as_json: bool) -> None:
     if not result.migrations and result.stopped_at is None:
         print("nothing to do")
     for item in result.migrations:
-        print(f"{item.status:<10} {item.name}  ({item.duration_ms} ms)")
+        print(f"{_run_label(item):<10} {item.name}  ({item.duration_ms} ms)")
     if result.stopped_at is not None:
         print(f"stopped    {result.stopped_at} waits for background migrations")
 

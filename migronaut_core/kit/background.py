@@ -207,15 +207,17 @@ class Background:
         or cancelled one from its checkpoints (a completed one is reopened over
         what is left); ``retry_from_start`` drops all progress; either pins the
         file on disk first with ``repin``. ``repin``: the file on disk becomes
-        its version (its checksum in the changelog too; ``replan`` says whether
-        its partitions are planned again). ``unlock``: clears the coordinator
-        lock and every lease (``lock``, ``leases``; its status is unchanged).
+        its version (its checksum in the changelog too, and ``checksum`` on the
+        result; ``replan`` says whether its partitions are planned again).
+        ``unlock``: clears the coordinator lock and every lease (``lock``,
+        ``leases``; its status is unchanged) of any name, registered or not (a
+        lock left behind by a withdrawn migration: status ``unregistered``).
         Recorded in its history with ``requested_by`` (default: the OS user) and
         ``reason``.
         ``may_run`` on the result says whether its driver should be started now.
 
         :raises ConfigInvalidError: an unknown action, or an option it does not take.
-        :raises NotAppliedError: it is not registered.
+        :raises NotAppliedError: it is not registered (any action but ``unlock``).
         :raises BackgroundConflictError: the action does not fit its status.
         """
         action = controls.check_control(action, wait=wait, repin=repin)
@@ -253,8 +255,9 @@ class Background:
         return self._repin(name, actor).replan
 
     def _repin(self, name: str, actor: Actor) -> ControlResult:
-        result, checksum = controls.repin(self._kit._runtime, name, actor=actor)
-        self._kit._runner.changelog.set_checksum(name, checksum)
+        result = controls.repin(self._kit._runtime, name, actor=actor)
+        if result.checksum is not None:  # always, for a repin
+            self._kit._runner.changelog.set_checksum(name, result.checksum)
         return result
 
     # -- dry runs ------------------------------------------------------------------------

@@ -124,7 +124,7 @@ def test_without_transactions_a_killed_registration_is_completed_by_the_next_up(
     with make_kit(standalone_uri, db, migrations, lock_ttl_seconds=LOCK_TTL) as kit:
         assert kit_json.run(kit, SPLIT_NAME)["status"] == "completed"
         result = kit.runs.up(wait_for_lock_seconds=LOCK_TTL * 5)
-    assert [(item.name, item.status) for item in result.migrations] == [(SPLIT_NAME, "registered")]
+    assert [(item.name, item.status) for item in result.migrations] == [(SPLIT_NAME, "applied")]
     assert [record["status"] for record in _records(db, SPLIT_NAME)] == ["applied"]
     states = list(db.migronaut_background.find({"_id": SPLIT_NAME}))
     assert len(states) == 1
@@ -161,7 +161,7 @@ def test_with_transactions_a_killed_registration_leaves_nothing_behind(
 
     with make_kit(mongo_uri, db, migrations, lock_ttl_seconds=LOCK_TTL) as kit:
         result = kit.runs.up(wait_for_lock_seconds=LOCK_TTL * 5)
-    assert [(item.name, item.status) for item in result.migrations] == [(SPLIT_NAME, "registered")]
+    assert [(item.name, item.status) for item in result.migrations] == [(SPLIT_NAME, "applied")]
     assert [record["status"] for record in _records(db, SPLIT_NAME)] == ["applied"]
     assert db.migronaut_background.count_documents({"_id": SPLIT_NAME}) == 1
 

@@ -211,7 +211,7 @@ CASES: dict[str, Any] = {
     ),
     "required_index_unset": RequiredIndex(collection="c", key=(("a", 1),)),
     "migration_result": MigrationResult(
-        name="a", kind="background", status="registered", duration_ms=12, details={"generation": 1}
+        name="a", kind="background", status="applied", duration_ms=12, details={"generation": 1}
     ),
     "migration_result_unset": MigrationResult(
         name="a", kind="regular", status="applied", duration_ms=0

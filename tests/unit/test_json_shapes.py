@@ -197,7 +197,7 @@ EXPECTED: dict[str, Any] = {
     "migration_result": {
         "name": "a",
         "kind": "background",
-        "status": "registered",
+        "status": "applied",
         "duration_ms": 12,
         "details": {"generation": 1},
     },

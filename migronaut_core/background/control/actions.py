@@ -133,7 +133,9 @@ class ControlResult:
     """What a control did: ``changed`` or ``unchanged``, and the status it left.
 
     ``replan``: a repin changed what the migration matches (its partitions are
-    planned again). ``stopped``: with ``wait``, the lanes stopped in time.
+    planned again); ``checksum``: the file checksum a repin pinned (what the
+    changelog records, so a deploy script can check it pinned the file it
+    shipped). ``stopped``: with ``wait``, the lanes stopped in time.
     ``lock`` and ``leases``: an unlock cleared the coordinator lock / dropped
     this many leases. ``may_run``: the action may have given the migration work
     and it is pending or running, so its driver should run now (a driver started
@@ -146,6 +148,7 @@ class ControlResult:
     stopped: bool | None = field(default=None, metadata=json_field(omit="none"))
     lock: bool | None = field(default=None, metadata=json_field(omit="none"))
     leases: int | None = field(default=None, metadata=json_field(omit="none"))
+    checksum: str | None = field(default=None, metadata=json_field(omit="none"))
     may_run: bool = field(default=False, metadata=json_field(omit="always"))
 
     def to_dict(self) -> dict[str, Any]:
@@ -309,10 +312,10 @@ def _adjust_partitions(
         )
 
 
-def repin(rt: Runtime, name: str, *, actor: Actor | None = None) -> tuple[ControlResult, str]:
+def repin(rt: Runtime, name: str, *, actor: Actor | None = None) -> ControlResult:
     """Pin the file on disk as the migration's version; replan when what it matches changed.
 
-    Returns the result and the new checksum (for the changelog).
+    The result's ``checksum`` is the one pinned (the changelog records it too).
     """
     who = actor or Actor()
     state = _registered(rt, name, "repin")
@@ -335,19 +338,30 @@ def repin(rt: Runtime, name: str, *, actor: Actor | None = None) -> tuple[Contro
     rt.store.states.set(name, fields)
     rt.store.states.note(name, {"action": "repin", **who.fields(), "replan": replan})
     rt.emit("background:control", {"migration": name, "action": "repin", "replan": replan})
-    return ControlResult("changed", state["status"], replan=replan), loaded.checksum
+    return ControlResult("changed", state["status"], replan=replan, checksum=loaded.checksum)
+
+
+#: The status an unlock answers for a name with no state document.
+UNREGISTERED: Final = "unregistered"
 
 
 def unlock(rt: Runtime, name: str, *, actor: Actor | None = None) -> ControlResult:
     """Clear the coordinator lock and every lease; live lanes are fenced at their next write.
 
     ``changed`` when a lock or a lease was cleared; the status is left as it was.
+    Works on any name, registered or not: a lock or leases left behind by a
+    migration whose state was withdrawn or deleted would otherwise stay until
+    they expire, with no control to clear them. Recorded in the state's history
+    when there is a state (status ``unregistered`` when there is none).
     """
     who = actor or Actor()
-    state = _registered(rt, name, "unlock")
+    state = rt.store.states.get(name, projection={"status": 1})
     lock = rt.lock_for(name).force_release() is not None
     leases = rt.store.leases.unlock_all(name)
-    rt.store.states.note(name, {"action": "unlock", "lock": lock, "leases": leases, **who.fields()})
+    if state is not None:
+        rt.store.states.note(
+            name, {"action": "unlock", "lock": lock, "leases": leases, **who.fields()}
+        )
     rt.emit(
         "background:control",
         {"migration": name, "action": "unlock", "lock": lock, "leases": leases},
@@ -359,7 +373,8 @@ def unlock(rt: Runtime, name: str, *, actor: Actor | None = None) -> ControlResu
         leases,
     )
     applied: Literal["changed", "unchanged"] = "changed" if lock or leases else "unchanged"
-    return ControlResult(applied, state["status"], lock=lock, leases=leases)
+    status = UNREGISTERED if state is None else state["status"]
+    return ControlResult(applied, status, lock=lock, leases=leases)
 
 
 def wait_for_lanes(

@@ -11,7 +11,11 @@ what it gets is a view over the real handles, not the handles themselves:
   may write (a write, an index, a command other than a read, an aggregation
   with ``$out`` or ``$merge``, a session of its own) is refused;
 - a write to migronaut's own collections (changelog, locks, background state,
-  partitions, watch) is refused in both.
+  partitions, watch) is refused in both;
+- inside the transaction, ``distinct`` on a sharded collection is refused before
+  it runs: a mongos cannot run it in a transaction, and the server's own error
+  would say less (``Isolation.shard_key_of`` answers which collections are
+  sharded; :func:`isolation_of` asks the kit's shard catalog).
 
 A refusal is a :class:`~migronaut_core.errors.DryRunRefusedError` raised from the
 call, naming the operation and the collection; the dry run reports it as the
@@ -24,9 +28,10 @@ its own is beyond reach.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from pymongo import MongoClient
@@ -34,6 +39,7 @@ from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
 from pymongo.database import Database
 
+from migronaut_core.background.planning.shard import UNKNOWN, ShardKey
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.errors import DryRunRefusedError
 
@@ -83,6 +89,13 @@ _READ_COMMANDS = frozenset(
 #: Aggregation stages that write.
 _WRITING_STAGES = ("$out", "$merge")
 
+#: Answers a collection's shard key (``database``, ``collection``), None when it is not sharded.
+ShardKeyOf = Callable[[str, str], ShardKey | None]
+
+
+def _unsharded(database: str, collection: str) -> ShardKey | None:
+    return None
+
 
 @dataclass(frozen=True, slots=True)
 class Isolation:
@@ -91,11 +104,14 @@ class Isolation:
     :param session: the dry run's transaction (always aborted), or None: reads only.
     :param database: the name of migronaut's database.
     :param reserved: migronaut's own collections in it, never written.
+    :param shard_key_of: a collection's shard key, None when it is not sharded
+        (default: none is); asked only for a ``distinct`` in the transaction.
     """
 
     session: ClientSession | None
     database: str
     reserved: frozenset[str]
+    shard_key_of: ShardKeyOf = field(default=_unsharded)
 
     def call(
         self,
@@ -132,11 +148,44 @@ class Isolation:
     def is_reserved(self, database: str, collection: str | None) -> bool:
         return database == self.database and collection in self.reserved
 
+    def check_distinct(self, database: str, collection: str | None, operation: str) -> None:
+        """Refuse a ``distinct`` the transaction cannot run: on a sharded collection.
+
+        :raises DryRunRefusedError: naming the collection (never a value).
+        """
+        if self.session is None or collection is None:
+            return
+        if self.shard_key_of(database, collection) is not None:
+            raise _refused(
+                operation,
+                f"{database}.{collection}",
+                "a sharded collection's distinct cannot run in a transaction (a mongos "
+                "refuses it); read the values with find or aggregate",
+            )
+
 
 def isolation_of(rt: Runtime, session: ClientSession | None) -> Isolation:
     """What a dry run over ``rt`` allows: bound to ``session`` (or reads only), never
-    migronaut's own collections."""
-    return Isolation(session, rt.db.name, rt.own_collections)
+    migronaut's own collections; sharded collections as ``rt``'s shard catalog says."""
+    return Isolation(session, rt.db.name, rt.own_collections, _catalog_shard_keys(rt))
+
+
+def _catalog_shard_keys(rt: Runtime) -> ShardKeyOf:
+    """Shard keys as the kit's catalog reads them, once per collection and dry run.
+
+    Not behind a mongos, nothing is sharded and ``config`` is never read; a
+    catalog that may not read ``config`` knows no shard key (the server then
+    speaks for itself).
+    """
+
+    @functools.cache
+    def shard_key_of(database: str, collection: str) -> ShardKey | None:
+        if not rt.shards.is_sharded():
+            return None
+        sharding = rt.shards.sharding_of(f"{database}.{collection}")
+        return None if sharding is None or sharding is UNKNOWN else sharding.key
+
+    return shard_key_of
 
 
 def isolated_database(db: Database[Any], isolation: Isolation) -> Database[Any]:
@@ -214,6 +263,8 @@ class _CollectionView:
         real, isolation = self._real, self._isolation
 
         def call(*args: Any, **kwargs: Any) -> Any:
+            if name == "distinct":
+                isolation.check_distinct(real.database.name, real.name, name)
             writes = name not in _COLLECTION_READS or (
                 name.startswith("aggregate") and _writes_out(_first(args, kwargs, "pipeline"))
             )
@@ -265,6 +316,8 @@ class _DatabaseView:
 
         def call(*args: Any, **kwargs: Any) -> Any:
             target, writes = self._judged(name, args, kwargs)
+            if name in ("command", "cursor_command") and _verb(args, kwargs) == "distinct":
+                isolation.check_distinct(real.name, target, "distinct")
             reserved = isolation.is_reserved(real.name, target)
             where = f"{real.name}.{target}" if target else real.name
             return isolation.call(
@@ -288,6 +341,16 @@ class _DatabaseView:
 
     def __repr__(self) -> str:
         return f"DryRunDatabase({self._real.name!r})"
+
+
+def _verb(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
+    """A command's name, lower case (None when it is not a command at all)."""
+    command = _first(args, kwargs, "command")
+    if isinstance(command, str):
+        return command.lower()
+    if isinstance(command, Mapping) and command:
+        return str(next(iter(command))).lower()
+    return None
 
 
 def _judged_command(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[str | None, bool]:

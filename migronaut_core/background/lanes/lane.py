@@ -15,6 +15,11 @@ A slice answers with an outcome:
 - ``stopped`` — the caller's cancel token fired;
 - ``lost`` — the lease was reaped or unlocked under us; nothing more was written.
 
+Every event a lane emits (``background:slice:start``, ``batch``, ``throttle``,
+``slice:end``, ``lease:lost``, and ``failed`` when its partition fails the
+migration) carries ``run_id``: the lane's id, which is also its leases' owner, so
+listeners can tell concurrent lanes apart.
+
 A slice that raises (a transform that fails a whole batch, the server) is
 counted on its partition (``max_slice_failures`` of them fail it) and re-raised
 as :class:`~migronaut_core.errors.BatchFailed` when it is worth retrying. A
@@ -145,7 +150,12 @@ class SliceContext:
     partition: PartitionDocument
     #: When the slice ends (a :func:`~migronaut_core.clock.monotonic` value).
     deadline: float
+    #: The lane's id: its leases' owner and its events' ``run_id``.
     owner: str
+
+    def emit(self, event: str, payload: dict[str, Any]) -> None:
+        """Emit one of this lane's events, stamped with its ``run_id``."""
+        self.rt.emit(event, _stamped(self.owner, payload))
 
 
 class LeaseKeeper:
@@ -256,7 +266,7 @@ def run_slice(
             message = error_text(result.error) if result.error else "failed"
             if result.error is not None:
                 rt.store.leases.fail_partition(claim.lease, error=message)
-                fail_state(rt, state, message)
+                fail_state(rt, state, message, stamp={"run_id": owner})
             return SliceResult("failed", counters, error=message)
         if result.outcome != "exhausted":
             rt.store.leases.release(claim.lease)
@@ -322,17 +332,21 @@ def _shard_of(partition: PartitionDocument) -> str | None:
     return None if group is None else str(group)
 
 
-def _batch_written(
-    rt: Runtime, name: str, partition: PartitionDocument, info: dict[str, Any]
-) -> None:
+def _stamped(owner: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """A lane event's payload with the lane's ``run_id`` (the seeds' ``runId`` stamp)."""
+    return {"run_id": owner, **payload}
+
+
+def _batch_written(held: SliceContext, info: dict[str, Any]) -> None:
+    name, partition = held.job.name, held.partition
     counters = info.get("counters") or {}
-    rt.telemetry.batch_written(
+    held.rt.telemetry.batch_written(
         name,
         size=int(counters.get("scanned", 0)),
         duration_ms=float(info.get("latency_ms", 0)),
         shard=_shard_of(partition),
     )
-    rt.emit(
+    held.emit(
         "background:batch",
         {
             "migration": name,
@@ -347,7 +361,7 @@ def _work(held: SliceContext) -> PartitionResult:
     """Work one leased partition, turning failures into counted outcomes."""
     rt, job, lease, partition, owner = held.rt, held.job, held.lease, held.partition, held.owner
     name = job.name
-    rt.emit(
+    held.emit(
         "background:slice:start",
         {
             "migration": name,
@@ -377,24 +391,35 @@ def _work(held: SliceContext) -> PartitionResult:
                 throttle=throttle,
                 read_control=lambda: rt.store.states.get(name, projection=_CONTROL_FIELDS),
                 lease_lost=keeper.lost.is_set,
-                on_throttle=lambda change: rt.emit(
+                on_throttle=lambda change: held.emit(
                     "background:throttle",
                     {"migration": name, "group": partition.get("group"), **change.to_dict()},
                 ),
-                on_batch=lambda info: _batch_written(rt, name, partition, info),
+                on_batch=lambda info: _batch_written(held, info),
                 on_transaction_retry=lambda reason: rt.telemetry.transaction_retried(name, reason),
             )
             result = process_partition(job, context, rt.store)
     except LockLostError:
-        rt.emit("background:lease:lost", {"migration": name, "partition": str(partition["_id"])})
+        held.emit("background:lease:lost", {"migration": name, "partition": str(partition["_id"])})
         log.warning("%s: lane %s lost its lease; stopping", name, owner)
         return PartitionResult("lost", {})
     except Exception as exc:
         if job.cancel.cancelled:
+            # The caller stopped the lane (a shutdown, a deploy) and a wait raised with it:
+            # the stop, not the partition's fault. Listeners still see the slice end.
+            held.emit(
+                "background:slice:end",
+                {
+                    "migration": name,
+                    "partition": str(partition["_id"]),
+                    "outcome": "stopped",
+                    "counters": {},
+                },
+            )
             return PartitionResult("stopped", {})
         raise _counted_failure(held, exc) from exc
     rt.store.states.set(name, {"last_progress_at": utc_now()})
-    rt.emit(
+    held.emit(
         "background:slice:end",
         {
             "migration": name,
@@ -427,7 +452,7 @@ def _counted_failure(held: SliceContext, exc: Exception) -> MigronautError:
             )
     except Exception:
         partition_failed = False
-    rt.emit(
+    held.emit(
         "background:slice:end",
         {
             "migration": job.name,

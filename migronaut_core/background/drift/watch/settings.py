@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from migronaut_core.background.drift.verify import OnDrift, check_on_drift
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.checks import check_int, check_number
+from migronaut_core.deployment import is_standalone
 from migronaut_core.errors import ConfigInvalidError
 
 __all__ = ["WatchSettings", "require_change_streams", "watch_settings"]
@@ -96,19 +97,13 @@ def watch_settings(
 def require_change_streams(rt: Runtime) -> None:
     """Refuse a deployment without change streams (a standalone server).
 
-    :raises ConfigInvalidError: telling the user to keep drift mode ``poll``.
+    :raises ConfigInvalidError: telling the user to keep ``background_drift`` at ``poll``.
     """
-    rt.client.admin.command("ping")
-    kind = rt.client.topology_description.topology_type_name
-    if kind in ("ReplicaSetWithPrimary", "ReplicaSetNoPrimary", "Sharded", "LoadBalanced"):
-        return
-    # A direct connection to one member reads as "Single": ask the server itself.
-    hello = rt.client.admin.command("hello")
-    if hello.get("setName") or hello.get("msg") == "isdbgrid":
+    if not is_standalone(rt.client):
         return
     raise ConfigInvalidError(
         "the live drift watcher needs change streams, which a standalone server does not "
-        "have (a replica set or a sharded cluster does); keep drift mode 'poll' here: run "
-        "kit.drift.verify (the migronaut_drift DAG) on a schedule",
-        {"key": "drift", "mode": "poll"},
+        "have (a replica set or a sharded cluster does); keep background_drift = 'poll' "
+        "here and run kit.drift.verify (the migronaut_drift DAG) on a schedule",
+        {"key": "background_drift", "mode": "poll"},
     )
