@@ -20,7 +20,7 @@ from tests.support.background import SPLIT_NAME, make_kit, write_background
 from tests.support.registration_kill import DIE_BEFORE_CHANGELOG_ENV
 from tests.support.runner import write_migration
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[4]
 REGULAR = "20231231000000_before"
 LOCK_TTL = 2.0
 
