@@ -17,18 +17,7 @@ from bson.raw_bson import RawBSONDocument
 
 from migronaut_core.bson_values import bson_equal, bson_type_name, canonical_id_key, clone_document
 from migronaut_core.errors import ConfigInvalidError
-
-OID = ObjectId("64b7f0c2a1b2c3d4e5f60718")
-
-
-UTC = datetime.UTC
-
-
-WHEN = datetime.datetime(2024, 5, 1, 12, 30, 15, 123000, tzinfo=UTC)
-
-
-NAN = float("nan")
-
+from tests.support.bson_values import NAN, OID, WHEN
 
 # ─── bson_equal ───────────────────────────────────────────────────────────────
 

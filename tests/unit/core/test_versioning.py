@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import datetime
 import random
 from typing import Any
 
@@ -20,18 +19,7 @@ from migronaut_core.versioning import (
     version_filter,
     version_of,
 )
-
-OID = ObjectId("64b7f0c2a1b2c3d4e5f60718")
-
-
-UTC = datetime.UTC
-
-
-WHEN = datetime.datetime(2024, 5, 1, 12, 30, 15, 123000, tzinfo=UTC)
-
-
-NAN = float("nan")
-
+from tests.support.bson_values import NAN, OID, WHEN
 
 # ─── versions and revisions ───────────────────────────────────────────────────
 

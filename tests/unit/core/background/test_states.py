@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
 from migronaut_core.background.states import (
@@ -13,23 +11,8 @@ from migronaut_core.background.states import (
     sources,
     transition,
 )
-from migronaut_core.errors import BackgroundConflictError, ConfigInvalidError
-
-NAME = "20240501120000_split_names"
-
-
-SECRET = "s3cr3t-value-never-shown"
-
-
-def refused(call: Callable[[], object], key: str, *, migration: str = NAME) -> ConfigInvalidError:
-    with pytest.raises(ConfigInvalidError) as caught:
-        call()
-    error = caught.value
-    assert error.context == {"migration": migration, "key": key}
-    assert migration in error.message
-    assert SECRET not in error.message
-    return error
-
+from migronaut_core.errors import BackgroundConflictError
+from tests.support.spec import NAME, refused
 
 # ─── States and transitions ───────────────────────────────────────────────────
 

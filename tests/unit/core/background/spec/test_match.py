@@ -4,48 +4,16 @@ from __future__ import annotations
 
 import copy
 import re
-import types
 from typing import Any
 
 import pytest
 
 from migronaut_core.background.spec import (
-    BackgroundSpec,
     exclude_bad_ids,
     match_hash,
     match_of,
-    resolve_spec,
 )
-
-NAME = "20240501120000_split_names"
-
-
-def migrate(doc: dict[str, Any], ctx: object) -> dict[str, Any]:
-    return doc
-
-
-def revert(doc: dict[str, Any], ctx: object) -> dict[str, Any]:
-    return doc
-
-
-BASE: dict[str, Any] = {"collection": "users", "from": 1, "to": 2}
-
-
-def module(background: Any = None, **functions: Any) -> types.ModuleType:
-    """Build a migration module the way a file would define it."""
-    mod = types.ModuleType(f"migronaut_migrations.m_{NAME}")
-    mod.background = dict(BASE) if background is None else background  # type: ignore[attr-defined]
-    if not functions:
-        functions = {"migrate": migrate}
-    for attribute, value in functions.items():
-        setattr(mod, attribute, value)
-    return mod
-
-
-def resolve(**overrides: Any) -> BackgroundSpec:
-    spec, _ = resolve_spec(NAME, module({**BASE, **overrides}))
-    return spec
-
+from tests.support.spec import resolve
 
 # ─── Match ────────────────────────────────────────────────────────────────────
 

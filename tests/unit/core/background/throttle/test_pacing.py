@@ -15,9 +15,7 @@ from pymongo.errors import (
 
 from migronaut_core.background.backoff import Backoff
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.spec import AdaptiveSettings
 from migronaut_core.background.throttle import (
-    AdaptiveController,
     Throttle,
     ThrottleChange,
     ThrottleContext,
@@ -25,28 +23,7 @@ from migronaut_core.background.throttle import (
     warning_keys,
 )
 from migronaut_core.background.warn_once import Warn, WarnOnce
-
-SETTINGS = AdaptiveSettings(
-    min_batch_size=50,
-    max_batch_size=400,
-    increase=50,
-    decrease=0.5,
-    target_latency_ms=100,
-    max_pause_ms=1_000,
-)
-
-
-class Clock:
-    """Monotonic seconds that move only when a test says so."""
-
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+from tests.support.throttle import controller
 
 
 class Warnings:
@@ -61,11 +38,6 @@ class Warnings:
             return
         self._keys.add(key)
         self.said.append((key, message % args))
-
-
-def controller(initial: dict[str, Any] | None = None, **kwargs: Any) -> AdaptiveController:
-    clock = kwargs.pop("clock", Clock())
-    return AdaptiveController(SETTINGS, initial, report_interval_s=0, clock=clock, **kwargs)
 
 
 # ─── The user's throttle ──────────────────────────────────────────────────────
