@@ -41,7 +41,7 @@ from tests.support.background import (
 from tests.support.watching import leader_pid, old_release_writing, old_shape, unresumable_token
 
 TTL_SECONDS = 2
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[6]
 WATCH_ROWS = "migronaut_background_watch"
 
 

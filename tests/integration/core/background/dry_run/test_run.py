@@ -360,7 +360,7 @@ def test_options_are_checked_before_anything_runs(
 
     step_name = "20240102000000_step_thing"
     write_background(migrations, step_name, body=STEPS)
-    # A step migration is previewed by steps (see test_transactional_and_steps.py).
+    # A step migration is previewed by steps (see engine/test_transactional.py).
     assert kit.background.dry_run(step_name).to_dict()["steps"] == [
         {"step": 1, "done": True, "counters": {}, "total": None, "checkpoint_bytes": 17}
     ]

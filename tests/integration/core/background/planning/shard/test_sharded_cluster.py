@@ -3,7 +3,8 @@
 Runs only when ``MIGRONAUT_TEST_MONGODB_URI`` points at a ``mongos`` (no package
 here ships one): see docs/sharding.md for a three-shard cluster in Docker.
 Everywhere else it is skipped, saying why; the shard-aware code itself is
-covered by tests/unit/test_shard.py and tests/integration/test_sharding_integration.py.
+covered by tests/unit/core/background/planning/shard/test_partitioners.py and
+tests/integration/core/background/planning/shard/test_partitioners.py.
 """
 
 from __future__ import annotations

@@ -1,0 +1,152 @@
+"""Background statuses and the transitions between them."""
+
+from __future__ import annotations
+
+import pytest
+
+from migronaut_core.background.states import (
+    STATUSES,
+    TERMINAL,
+    Transition,
+    sources,
+    transition,
+)
+from migronaut_core.errors import BackgroundConflictError
+from tests.support.spec import NAME, refused
+
+# ─── States and transitions ───────────────────────────────────────────────────
+
+CHANGED = "changed"
+SAME = "unchanged"
+CONFLICT = "conflict"
+
+#: status -> action -> expected target (or SAME, or CONFLICT).
+TABLE: dict[str, dict[str, str]] = {
+    "pending": {
+        "pause": "paused",
+        "resume": SAME,
+        "cancel": "cancelled",
+        "retry": SAME,
+        "reopen": CONFLICT,
+        "plan": "running",
+        "complete": "completed",
+        "fail": "failed",
+        "unblock": SAME,
+    },
+    "blocked": {
+        "pause": "paused",
+        "resume": SAME,
+        "cancel": "cancelled",
+        "retry": SAME,
+        "reopen": CONFLICT,
+        "plan": CONFLICT,
+        "complete": CONFLICT,
+        "fail": "failed",
+        "unblock": "pending",
+    },
+    "running": {
+        "pause": "paused",
+        "resume": SAME,
+        "cancel": "cancelled",
+        "retry": SAME,
+        "reopen": CONFLICT,
+        "plan": SAME,
+        "complete": "completed",
+        "fail": "failed",
+        "unblock": SAME,
+    },
+    "paused": {
+        "pause": SAME,
+        "resume": "pending",
+        "cancel": "cancelled",
+        "retry": CONFLICT,
+        "reopen": CONFLICT,
+        "plan": CONFLICT,
+        "complete": CONFLICT,
+        "fail": CONFLICT,
+        "unblock": CONFLICT,
+    },
+    "completed": {
+        "pause": CONFLICT,
+        "resume": CONFLICT,
+        "cancel": CONFLICT,
+        "retry": CONFLICT,
+        "reopen": "pending",
+        "plan": CONFLICT,
+        "complete": SAME,
+        "fail": CONFLICT,
+        "unblock": CONFLICT,
+    },
+    "failed": {
+        "pause": CONFLICT,
+        "resume": CONFLICT,
+        "cancel": "cancelled",
+        "retry": "pending",
+        "reopen": CONFLICT,
+        "plan": CONFLICT,
+        "complete": CONFLICT,
+        "fail": SAME,
+        "unblock": CONFLICT,
+    },
+    "cancelled": {
+        "pause": CONFLICT,
+        "resume": CONFLICT,
+        "cancel": SAME,
+        "retry": "pending",
+        "reopen": CONFLICT,
+        "plan": CONFLICT,
+        "complete": CONFLICT,
+        "fail": CONFLICT,
+        "unblock": CONFLICT,
+    },
+}
+
+CASES = [(status, action, TABLE[status][action]) for status in STATUSES for action in TABLE[status]]
+
+
+def test_table_covers_every_status() -> None:
+    assert set(TABLE) == set(STATUSES)
+    assert len(CASES) == 7 * 9
+
+
+@pytest.mark.parametrize(("status", "action", "expected"), CASES)
+def test_transition(status: str, action: str, expected: str) -> None:
+    if expected == CONFLICT:
+        with pytest.raises(BackgroundConflictError) as caught:
+            transition(status, action, migration=NAME)
+        error = caught.value
+        assert error.context == {"migration": NAME, "action": action, "status": status}
+        assert error.message.startswith(
+            f"cannot {action} background migration {NAME}: it is {status}"
+        )
+    elif expected == SAME:
+        assert transition(status, action, migration=NAME) == Transition(status, SAME)  # type: ignore[arg-type]
+    else:
+        assert transition(status, action, migration=NAME) == Transition(expected, CHANGED)  # type: ignore[arg-type]
+
+
+def test_conflict_hints() -> None:
+    with pytest.raises(BackgroundConflictError, match="resume it"):
+        transition("paused", "retry", migration=NAME)
+    with pytest.raises(BackgroundConflictError, match="reopen"):
+        transition("completed", "retry", migration=NAME)
+
+
+def test_unknown_action() -> None:
+    refused(lambda: transition("pending", "explode", migration=NAME), "action")
+
+
+def test_unknown_status_conflicts() -> None:
+    with pytest.raises(BackgroundConflictError):
+        transition("unregistered", "pause", migration=NAME)
+
+
+def test_terminal() -> None:
+    assert frozenset({"completed", "failed", "cancelled"}) == TERMINAL
+
+
+def test_the_engines_moves_leave_only_the_statuses_the_state_machine_lists() -> None:
+    assert sources("plan") == ("pending",)
+    assert sources("complete") == ("pending", "running")
+    assert sources("fail") == ("pending", "blocked", "running")
+    assert sources("unblock") == ("blocked",)
