@@ -31,6 +31,7 @@ from migronaut_core.background.store.converge_log import (
 from migronaut_core.background.store.documents import (
     ControlMark,
     CoordinatorMark,
+    HealthHoldDocument,
     HistoryEntry,
     InflightDocument,
     LeaseDocument,
@@ -133,6 +134,7 @@ __all__ = [
     "DriftPosition",
     "Fence",
     "GenerationTotals",
+    "HealthHoldDocument",
     "HistoryEntry",
     "InflightDocument",
     "Lease",

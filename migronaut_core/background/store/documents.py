@@ -77,6 +77,21 @@ class ControlMark(TypedDict, total=False):
     reason: str
 
 
+class HealthHoldDocument(TypedDict):
+    """Why the lanes hold (``health_hold``): a server health signal past its hard limit.
+
+    ``since``: when the hold on this signal began; ``at``: when ``reading`` was taken.
+    Removed once a lane finds every signal within its hard limit.
+    """
+
+    signal: str
+    level: str
+    reading: float | bool
+    limit: float | bool
+    since: datetime
+    at: datetime
+
+
 #: One background migration's state. ``pass`` is a keyword, hence the functional form.
 StateDocument = TypedDict(
     "StateDocument",
@@ -118,6 +133,7 @@ StateDocument = TypedDict(
         "round": int,
         "control": ControlMark,
         "reopened": int,
+        "health_hold": HealthHoldDocument,
     },
     total=False,
 )
@@ -173,6 +189,7 @@ class PartitionDocument(TypedDict, total=False):
 __all__ = [
     "ControlMark",
     "CoordinatorMark",
+    "HealthHoldDocument",
     "HistoryEntry",
     "InflightDocument",
     "LeaseDocument",
