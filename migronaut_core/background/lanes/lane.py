@@ -69,6 +69,7 @@ from migronaut_core.background.throttle import (
     HealthReading,
     Throttle,
     first_breach,
+    oplog_headroom_key,
     oplog_headroom_s,
 )
 from migronaut_core.clock import elapsed_ms, monotonic, utc_now
@@ -364,7 +365,7 @@ def _warn_oplog_headroom(rt: Runtime, name: str, since: Any, reading: HealthRead
     if held_s <= headroom:
         return
     rt.warn_once(
-        f"health:oplog-headroom:{name}",
+        oplog_headroom_key(name),
         "%s: lanes have held for %d s, longer than the oplog's window (%d s) less a margin; "
         "a change stream resumed after this (the drift watcher's) will fall back to a probe",
         name,

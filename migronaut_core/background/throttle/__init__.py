@@ -30,6 +30,7 @@ from migronaut_core.background.throttle.health import (
     HealthReading,
     ServerHealthProbe,
     first_breach,
+    oplog_headroom_key,
     oplog_headroom_s,
     shared_health_probe,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "ThrottleContext",
     "ThrottleRegistry",
     "first_breach",
+    "oplog_headroom_key",
     "oplog_headroom_s",
     "replication_lag_ms",
     "shared_health_probe",

@@ -63,6 +63,7 @@ __all__ = [
     "ServerHealthProbe",
     "breaches",
     "first_breach",
+    "oplog_headroom_key",
     "oplog_headroom_s",
     "shared_health_probe",
 ]
@@ -196,6 +197,11 @@ def oplog_headroom_s(reading: HealthReading) -> float | None:
     if window is None:
         return None
     return max(0.0, window - max(OPLOG_MARGIN_S, window / 10))
+
+
+def oplog_headroom_key(migration: str) -> str:
+    """The warn-once key of a hold on ``migration`` outlasting the oplog's window."""
+    return f"health:oplog-headroom:{migration}"
 
 
 def _bound(limit: HealthLimit, level: Level) -> float | bool | None:

@@ -21,6 +21,7 @@ from migronaut_core.background.throttle import (
     shared_health_probe,
 )
 from migronaut_core.background.warn_once import Warn
+from migronaut_core.cli.output import print_views
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 from tests.support.background import wait_until as wait_for
 
@@ -289,6 +290,7 @@ def test_a_hold_longer_than_the_full_oplogs_window_warns_once(
     db: Database[dict[str, Any]],
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     seed_users(db, 200)
     migrations = tmp_path / "migrations"
@@ -317,6 +319,10 @@ def test_a_hold_longer_than_the_full_oplogs_window_warns_once(
     assert len(fallbacks) == 1
     holds = [r for r in caplog.records if "lanes hold" in r.getMessage()]
     assert len(holds) == 1
+    capsys.readouterr()
+    print_views([view.to_dict()])
+    row = capsys.readouterr().out.splitlines()[1]
+    assert row.endswith("held: oplog_window_s 120 (hard limit 3600)")
 
 
 def _held(kit: Any) -> Any:
