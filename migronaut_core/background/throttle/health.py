@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
+import pymongo
 from bson.timestamp import Timestamp
 from pymongo.errors import OperationFailure, PyMongoError
 
@@ -74,6 +75,9 @@ log = logging.getLogger(__name__)
 HEALTH_INTERVAL_S: Final = 1.0
 #: The oplog changes slowly and its reads cost most (two scans' ends and ``$collStats``).
 OPLOG_INTERVAL_S: Final = 10.0
+#: One source's read gives up after this long (server selection included): during a
+#: failover the lanes wait for their own writes, never for a health reading.
+READ_TIMEOUT_S: Final = 2.0
 #: An oplog at least this full has wrapped (or soon will): its window is its capacity.
 OPLOG_FULL_FRACTION: Final = 0.9
 #: The oplog headroom warning fires this long (or a tenth of the window, if more)
@@ -295,7 +299,8 @@ class ServerHealthProbe:
         if source in self.skipped:
             return {}
         try:
-            return read()
+            with pymongo.timeout(READ_TIMEOUT_S):
+                return read()
         except OperationFailure as exc:
             if is_unauthorized(exc):
                 self._skip(warn, source, "unauthorized")
