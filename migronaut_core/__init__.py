@@ -47,9 +47,11 @@ from migronaut_core.background.states import STATUSES as BACKGROUND_STATUSES
 from migronaut_core.background.states import Status as BackgroundStatus
 from migronaut_core.background.store.lanes import read_lanes, read_lanes_async
 from migronaut_core.background.telemetry import MetricsSink
+from migronaut_core.background.throttle.health import HealthBreach
 from migronaut_core.background.views import (
     BackgroundStatusView,
     DocumentError,
+    HoldView,
     LanePacing,
     PartitionView,
 )
@@ -149,7 +151,9 @@ __all__ = [
     "DryRunRefusedError",
     "DryRunReport",
     "Finding",
+    "HealthBreach",
     "HistoryEntry",
+    "HoldView",
     "IndexMissingError",
     "IrreversibleMigrationError",
     "LanePacing",

@@ -207,6 +207,9 @@ class BackgroundLaneOperator(MigronautOperator):
     ``cancelled``, ``stale`` and ``lost`` end the task successfully; a failed
     migration fails it without retries; a failed slice raises so retries apply.
 
+    A ``held`` slice (a MongoDB health signal past its hard limit) defers like a
+    ``busy`` one and looks again after its ``retry_after_ms``.
+
     A slice ``deferred`` by a deploy in progress (this worker's migration file is not
     the registered one yet) defers the task and tries again; past
     ``max_deploy_wait_seconds`` of that the task fails, naming the migration and
@@ -284,9 +287,9 @@ class BackgroundLaneOperator(MigronautOperator):
                 {"counters": counters, "slices": slices, "deferred_since": since},
             )
         out_of_slices = self.max_slices is not None and slices >= self.max_slices
-        if result.outcome in ("yielded", "busy") and not out_of_slices:
+        if result.outcome in ("yielded", "busy", "held") and not out_of_slices:
             wait = self.pause_between_slices
-            if result.outcome == "busy":
+            if result.outcome in ("busy", "held"):
                 wait = max(wait, (result.retry_after_ms or 1000) / 1000)
             self._defer_slice(wait, {"counters": counters, "slices": slices})
         return {

@@ -24,6 +24,7 @@ from migronaut_core.background.planning.shard import ShardCatalog
 from migronaut_core.background.spec import BackgroundFunctions, BackgroundSpec
 from migronaut_core.background.store import BackgroundStore
 from migronaut_core.background.telemetry import NO_TELEMETRY, Telemetry
+from migronaut_core.background.throttle.health import oplog_headroom_key
 from migronaut_core.background.throttle.pacing import warning_keys
 from migronaut_core.background.throttle.registry import ThrottleRegistry
 from migronaut_core.background.warn_once import WarnOnce
@@ -171,7 +172,8 @@ class Runtime:
         """Free what this kit kept for a migration that ended (completed, failed, cancelled).
 
         Its adaptive controllers go (a later run resumes from the state stored on
-        its partitions) and its throttle warnings may be said again.
+        its partitions) and its throttle and oplog-headroom warnings may be said again.
         """
         self.throttles.forget(name)
-        self.warn_once.forget(warning_keys(name).__contains__)
+        said_again = warning_keys(name) | {oplog_headroom_key(name)}
+        self.warn_once.forget(said_again.__contains__)

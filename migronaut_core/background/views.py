@@ -113,6 +113,26 @@ class PacingView:
 
 
 @dataclass(frozen=True, slots=True)
+class HoldView:
+    """Why the lanes hold: a MongoDB health signal past its hard limit, and its reading.
+
+    ``since``: when the hold on this signal began; ``at``: when ``reading`` was
+    taken (refreshed about every 10 s while it lasts). Server figures only, never
+    a document's.
+    """
+
+    signal: str
+    level: str
+    reading: float | bool | None
+    limit: float | bool | None
+    since: datetime | None
+    at: datetime | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_json_dict(self)
+
+
+@dataclass(frozen=True, slots=True)
 class DocumentError:
     """Why a document failed, without the document or its ``_id``."""
 
@@ -160,7 +180,9 @@ class BackgroundStatusView:
     when this pass's first plan was committed (a replan keeps it); ``started_at``
     for a state planned before it was recorded. ``document_errors`` lists why,
     oldest first, in the same order. ``plan`` is the current plan without its
-    token (empty before the first plan).
+    token (empty before the first plan). ``held_by``: while it runs, the MongoDB
+    health signal past its hard limit that holds its lanes (left out of the JSON
+    when none does).
     """
 
     name: str
@@ -200,6 +222,7 @@ class BackgroundStatusView:
     partitions: tuple[PartitionView, ...] = field(metadata=json_field(omit="always"))
     pass_failed_documents: int = field(metadata=json_field(omit="always"))
     document_errors: tuple[DocumentError, ...] = field(metadata=json_field(omit="always"))
+    held_by: HoldView | None = field(default=None, metadata=json_field(omit="none"))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape of the CLI's ``--json`` and the UI's JSON API."""
@@ -298,6 +321,22 @@ def status_view(store: BackgroundStore, state: StateDocument) -> BackgroundStatu
             if unrolled
             else errors
         ),
+        held_by=_hold(state),
+    )
+
+
+def _hold(state: StateDocument) -> HoldView | None:
+    """The lanes' health hold while the migration runs (a finished one holds nothing)."""
+    hold = state.get("health_hold")
+    if state.get("status") != "running" or not isinstance(hold, Mapping):
+        return None
+    return HoldView(
+        signal=str(hold.get("signal")),
+        level=str(hold.get("level", "hard")),
+        reading=hold.get("reading"),
+        limit=hold.get("limit"),
+        since=_time(hold.get("since")),
+        at=_time(hold.get("at")),
     )
 
 

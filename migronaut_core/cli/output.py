@@ -53,8 +53,16 @@ def print_views(views: list[dict[str, Any]]) -> None:
             f"{'-' if percent is None else f'{percent:.1f}%':>8} "
             f"{_eta_text(view.get('eta_seconds')):>7} "
             f"{(view.get('totals') or {}).get('migrated', 0):>9} "
-            f"{view.get('failed_documents', 0):>7}  {view.get('last_error') or ''}"
+            f"{view.get('failed_documents', 0):>7}  "
+            f"{view.get('last_error') or _held_text(view.get('held_by'))}"
         )
+
+
+def _held_text(held: Any) -> str:
+    """A held migration's note where the last error would be: the signal, its reading."""
+    if not isinstance(held, dict):
+        return ""
+    return f"held: {held.get('signal')} {held.get('reading')} (hard limit {held.get('limit')})"
 
 
 def _done_of(progress: dict[str, Any]) -> str:

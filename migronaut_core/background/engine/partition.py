@@ -27,7 +27,7 @@ from migronaut_core.background.store import (
     PartitionDocument,
     StateDocument,
 )
-from migronaut_core.background.throttle import Throttle, ThrottleChange
+from migronaut_core.background.throttle import HealthBreach, Throttle, ThrottleChange
 from migronaut_core.bson_values import canonical_id_key
 from migronaut_core.clock import epoch_seconds
 from migronaut_core.errors import BackgroundFailedError, DocError, MigronautError
@@ -86,6 +86,17 @@ class PartitionResult:
     outcome: str
     counters: dict[str, int]
     error: MigronautError | None = None
+    #: Why a ``held`` partition was let go: the server health signal past its hard limit.
+    held_by: HealthBreach | None = None
+
+
+def held(ctx: PartitionContext, counters: dict[str, int]) -> PartitionResult | None:
+    """A ``held`` result when a server health signal is past its hard limit; None: go on.
+
+    Asked at a batch boundary, before anything of the next batch is written.
+    """
+    breach = ctx.throttle.hard_breach()
+    return None if breach is None else PartitionResult("held", counters, held_by=breach)
 
 
 def control_outcome(control: StateDocument | None, job: Job, plan_token: str) -> str | None:

@@ -16,7 +16,9 @@ partitioners whose cursor
 does not depend on the write
 (:attr:`~migronaut_core.background.planning.partition.Partitioner.reads_ahead`).
 Pause, cancel and the slice deadline are judged before each checkpoint, so a lane
-still stops within one batch and never leaves an intent it will not write.
+still stops within one batch and never leaves an intent it will not write; a
+server health signal past its hard limit stops it after the checkpoint, its
+read-ahead batch settled unwritten.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from migronaut_core.background.engine.partition import (
     add_counters,
     control_outcome,
     errors_of,
+    held,
     noted_ids,
     over_error_budget,
     settle_dead_lane_batch,
@@ -83,9 +86,14 @@ def work_reading_ahead(
     work = work_for(job, collection, ctx.transform_context(job))
     if ctx.lease_lost():
         store.leases.checkpoint(ctx.lease, cursor=cursor, counters={})  # raises LockLostError
-    stop = _stop_reason(job, ctx, first=True) or _wait_for_throttle(job, ctx)
+    stop = _stop_reason(job, ctx, first=True)
     if stop is not None:
         return PartitionResult(stop, counters)
+    holding = held(ctx, counters)
+    if holding is not None:
+        return holding
+    if _wait_for_throttle(job, ctx) is not None:
+        return PartitionResult("stopped", counters)
     at_least = len(noted_ids(ctx)) if settle else 0
     batch = _read(job, ctx, collection, work, dict(cursor), at_least=at_least)
     if settle:
@@ -134,10 +142,11 @@ def work_reading_ahead(
                 return PartitionResult("exhausted", counters)
             if stop is not None:
                 return PartitionResult(stop, counters)
-            stop = _wait_for_throttle(job, ctx)
-            if stop is not None:
+            holding = held(ctx, counters)
+            stop = None if holding is not None else _wait_for_throttle(job, ctx)
+            if holding is not None or stop is not None:
                 store.leases.settle_inflight(ctx.lease, migrated=0)
-                return PartitionResult(stop, counters)
+                return holding or PartitionResult("stopped", counters)
             batch = ahead
 
 

@@ -2,7 +2,8 @@
 
 The loop every lane runs between claiming a partition and releasing it: it reads
 the state's status before each batch (a pause or cancel stops the lane within one
-batch), waits as the throttle says, then runs one plain batch (a Python or an
+batch), stops as well while a server health signal is past its hard limit
+(``held``), waits as the throttle says, then runs one plain batch (a Python or an
 update-pipeline one, :mod:`.work`), one transactional batch or one step, and
 judges the document error budget.
 """
@@ -17,6 +18,7 @@ from migronaut_core.background.engine.partition import (
     PartitionResult,
     add_counters,
     control_outcome,
+    held,
     noted_ids,
     over_error_budget,
     settle_dead_lane_batch,
@@ -40,7 +42,8 @@ def process_partition(job: Job, ctx: PartitionContext, store: BackgroundStore) -
     Outcomes: ``exhausted`` (drained), ``yielded`` (the slice's time is up),
     ``paused``, ``cancelled``, ``failed`` (with ``error``: the state failed or the
     document error budget ran out), ``stale`` (another plan took over),
-    ``stopped`` (the cancel token). A lost lease raises LockLostError.
+    ``stopped`` (the cancel token), ``held`` (with ``held_by``: a server health
+    signal past its hard limit). A lost lease raises LockLostError.
     """
     counters: dict[str, int] = {}
     cursor: dict[str, Any] = dict(ctx.partition.get("cursor") or {})
@@ -64,6 +67,9 @@ def process_partition(job: Job, ctx: PartitionContext, store: BackgroundStore) -
         stop = control_outcome(ctx.read_control(), job, plan_token)
         if stop is not None:
             return PartitionResult(stop, counters)
+        holding = held(ctx, counters)
+        if holding is not None:
+            return holding
         if ctx.throttle.before_batch(job.cancel):
             return PartitionResult("stopped", counters)
         batch_size = ctx.throttle.next_batch_size()

@@ -81,7 +81,9 @@ def run_lane(
             on_slice(result)
         if result.outcome in LANE_DONE:
             return result.outcome
-        if result.outcome == "busy" and cancel.sleep((result.retry_after_ms or 500) / 1000):
+        # Busy (every slot taken) or held (a health signal past its hard limit): look again.
+        waits = result.outcome in ("busy", "held")
+        if waits and cancel.sleep((result.retry_after_ms or 500) / 1000):
             return "stopped"
     return "stopped"
 

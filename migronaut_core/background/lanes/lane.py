@@ -13,7 +13,12 @@ A slice answers with an outcome:
   wrote the state (a process of that release drives it);
 - ``paused`` / ``cancelled`` / ``failed`` — the migration's status says stop;
 - ``stopped`` — the caller's cancel token fired;
-- ``lost`` — the lease was reaped or unlocked under us; nothing more was written.
+- ``lost`` — the lease was reaped or unlocked under us; nothing more was written;
+- ``held`` — a MongoDB health signal is past its hard limit (``held_by``: which,
+  its reading and the limit): the lane stopped at a batch boundary, released its
+  partition (or claimed none), and the state's ``health_hold`` says so to every
+  status reader; try again after ``retry_after_ms``. The first lane to find every
+  signal within its hard limit again removes the hold.
 
 Every event a lane emits (``background:slice:start``, ``batch``, ``throttle``,
 ``slice:end``, ``lease:lost``, and ``failed`` when its partition fails the
@@ -33,7 +38,10 @@ import logging
 import threading
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast, get_args
+from datetime import timedelta
+from typing import Any, Final, Literal, cast, get_args
+
+import pendulum
 
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.engine.partition import (
@@ -46,6 +54,7 @@ from migronaut_core.background.job import Job, assert_transactions, job_for, pla
 from migronaut_core.background.lifecycle import fail_state
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.store import (
+    HealthHoldDocument,
     Lease,
     PartitionDocument,
     StateDocument,
@@ -60,7 +69,14 @@ from migronaut_core.background.telemetry import (
     SPAN_SLICE,
     AttributeValue,
 )
-from migronaut_core.background.throttle import Throttle
+from migronaut_core.background.throttle import (
+    HealthBreach,
+    HealthReading,
+    Throttle,
+    first_breach,
+    oplog_headroom_key,
+    oplog_headroom_s,
+)
 from migronaut_core.clock import elapsed_ms, monotonic, utc_now
 from migronaut_core.errors import (
     BatchFailed,
@@ -76,6 +92,10 @@ from migronaut_core.server_errors import is_retryable_write
 log = logging.getLogger("migronaut_core.background")
 
 _CONTROL_FIELDS = {"status": 1, "generation": 1, "plan.token": 1}
+#: A held lane looks again this soon (the health probe reads at most once a second).
+HOLD_RETRY_MS: Final = 2_000
+#: A hold's stored reading is refreshed at most this often, whatever the lanes.
+HOLD_REFRESH_S: Final = 10.0
 
 
 #: How a slice ended (the module's docstring says what each means).
@@ -90,6 +110,7 @@ SliceOutcome = Literal[
     "failed",
     "stopped",
     "lost",
+    "held",
 ]
 
 
@@ -108,6 +129,8 @@ class SliceResult:
     reason: str | None = field(default=None, metadata=json_field(omit="none"))
     #: A ``checksum_mismatch``'s short checksums: ``registered`` and ``on_disk``.
     checksums: dict[str, str] | None = field(default=None, metadata=json_field(omit="none"))
+    #: Why a slice was ``held``: the health signal past its hard limit, and its reading.
+    held_by: HealthBreach | None = field(default=None, metadata=json_field(omit="none"))
 
     def to_dict(self) -> dict[str, Any]:
         return to_json_dict(self)
@@ -237,6 +260,11 @@ def run_slice(
             return SliceResult("stopped", counters)
         if worked and monotonic() >= deadline:
             return SliceResult("yielded", counters)
+        reading = _health_reading(rt, job)
+        breach = _hard_breach(job, reading)
+        if breach is not None:
+            return _hold(rt, state, breach, reading, counters)
+        _release_hold(rt, state)
         claim = rt.store.leases.claim(
             name,
             generation=state["generation"],
@@ -270,7 +298,90 @@ def run_slice(
             return SliceResult("failed", counters, error=message)
         if result.outcome != "exhausted":
             rt.store.leases.release(claim.lease)
+            if result.outcome == "held" and result.held_by is not None:
+                return _hold(rt, state, result.held_by, _health_reading(rt, job), counters)
             return SliceResult(_as_slice_outcome(result.outcome), counters)
+
+
+def _health_reading(rt: Runtime, job: Job) -> HealthReading | None:
+    """The cluster's health (the probe's cached reading), when the spec watches it."""
+    if job.spec.health is None:
+        return None
+    return rt.throttles.health_probe(rt.client).read(rt.warn_once)
+
+
+def _hard_breach(job: Job, reading: HealthReading | None) -> HealthBreach | None:
+    if reading is None or job.spec.health is None:
+        return None
+    return first_breach(reading, job.spec.health, "hard")
+
+
+def _hold(
+    rt: Runtime,
+    state: StateDocument,
+    breach: HealthBreach,
+    reading: HealthReading | None,
+    counters: dict[str, int],
+) -> SliceResult:
+    """Hold the lane (no partition claimed or kept) and say why on the state, once per signal."""
+    name = state["_id"]
+    now = utc_now()
+    stored = state.get("health_hold")
+    since = stored["since"] if stored and stored.get("signal") == breach.signal else now
+    hold: HealthHoldDocument = {
+        "signal": breach.signal,
+        "level": breach.level,
+        "reading": breach.reading,
+        "limit": breach.limit,
+        "since": since,
+        "at": now,
+    }
+    if rt.store.states.hold(name, hold, refresh_before=now - timedelta(seconds=HOLD_REFRESH_S)):
+        log.warning(
+            "%s: lanes hold: %s reads %s, past its hard limit %s",
+            name,
+            breach.signal,
+            breach.reading,
+            breach.limit,
+        )
+        rt.emit("background:throttle", {"migration": name, "reason": "held", **breach.to_dict()})
+    state["health_hold"] = hold
+    _warn_oplog_headroom(rt, name, since, reading)
+    return SliceResult("held", counters, retry_after_ms=HOLD_RETRY_MS, held_by=breach)
+
+
+def _release_hold(rt: Runtime, state: StateDocument) -> None:
+    """Every signal is within its hard limit: the first lane to see it removes the hold."""
+    stored = state.pop("health_hold", None)
+    if stored is None or not rt.store.states.release_hold(state["_id"]):
+        return
+    log.info("%s: lanes resume: %s is within its hard limit", state["_id"], stored.get("signal"))
+    rt.emit(
+        "background:throttle",
+        {"migration": state["_id"], "reason": "released", "signal": stored.get("signal")},
+    )
+
+
+def _warn_oplog_headroom(rt: Runtime, name: str, since: Any, reading: HealthReading | None) -> None:
+    """Warn once when a hold outlasts the oplog's window (less a margin).
+
+    A change stream resumed after that (the drift watcher's) finds its position
+    gone from the oplog and falls back to probing the collection.
+    """
+    headroom = None if reading is None else oplog_headroom_s(reading)
+    if headroom is None:
+        return
+    held_s = (utc_now() - pendulum.instance(since)).total_seconds()
+    if held_s <= headroom:
+        return
+    rt.warn_once(
+        oplog_headroom_key(name),
+        "%s: lanes have held for %d s, longer than the oplog's window (%d s) less a margin; "
+        "a change stream resumed after this (the drift watcher's) will fall back to a probe",
+        name,
+        held_s,
+        reading.oplog_capacity_seconds if reading is not None else 0,
+    )
 
 
 def _as_slice_outcome(outcome: str) -> SliceOutcome:

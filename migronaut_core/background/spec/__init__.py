@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from migronaut_core.background.spec.match import exclude_bad_ids, match_hash, match_of
 from migronaut_core.background.spec.model import (
+    HEALTH_SENSE,
+    HEALTH_SIGNALS,
     MAX_CHECKPOINT_BYTES,
     REWRITING_MODES,
     UPDATE_STAGES,
@@ -23,6 +25,10 @@ from migronaut_core.background.spec.model import (
     BackgroundFunctions,
     BackgroundSpec,
     Direction,
+    HealthLimit,
+    HealthSettings,
+    HealthSignal,
+    LimitSense,
     Mode,
     PartitionSettings,
     ThrottleSettings,
@@ -31,6 +37,8 @@ from migronaut_core.background.spec.model import (
 from migronaut_core.background.spec.validation import check_slice_ms, read_stored, resolve_spec
 
 __all__ = [
+    "HEALTH_SENSE",
+    "HEALTH_SIGNALS",
     "MAX_CHECKPOINT_BYTES",
     "REWRITING_MODES",
     "UPDATE_STAGES",
@@ -38,6 +46,10 @@ __all__ = [
     "BackgroundFunctions",
     "BackgroundSpec",
     "Direction",
+    "HealthLimit",
+    "HealthSettings",
+    "HealthSignal",
+    "LimitSense",
     "Mode",
     "PartitionSettings",
     "ThrottleSettings",

@@ -3,7 +3,7 @@
 :class:`BackgroundSpec` is the validated ``background = {...}`` mapping of a
 migration file (DESIGN §3.1), with its settings groups
 (:class:`TransactionSettings`, :class:`PartitionSettings`,
-:class:`ThrottleSettings`, :class:`AdaptiveSettings`), and
+:class:`ThrottleSettings`, :class:`AdaptiveSettings`, :class:`HealthSettings`), and
 :class:`BackgroundFunctions` the module-level functions beside it. A spec is
 stored in the state document when the migration is registered
 (:meth:`BackgroundSpec.to_document`) and read back from there by running lanes
@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias, get_args
 
 from migronaut_core.bson_values import clone_document
 
@@ -131,6 +131,94 @@ class AdaptiveSettings:
     max_pause_ms: int = 5_000
 
 
+#: The MongoDB health signals lanes watch (``background.health``), in the order
+#: they are judged: the first breached one is the one a hold names.
+HealthSignal: TypeAlias = Literal[
+    "flow_control",
+    "majority_lag_ms",
+    "cache_dirty",
+    "cache_used",
+    "write_tickets",
+    "queued_operations",
+    "oplog_window_s",
+]
+HEALTH_SIGNALS: Final[tuple[HealthSignal, ...]] = get_args(HealthSignal)
+#: How a signal's reading breaches a limit: ``above`` it, ``below`` it, or
+#: ``flag``: the reading is true and the limit is ``True``.
+LimitSense: TypeAlias = Literal["above", "below", "flag"]
+HEALTH_SENSE: Final[dict[HealthSignal, LimitSense]] = {
+    "flow_control": "flag",
+    "majority_lag_ms": "above",
+    "cache_dirty": "above",
+    "cache_used": "above",
+    "write_tickets": "below",
+    "queued_operations": "above",
+    "oplog_window_s": "below",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class HealthLimit:
+    """One signal's limits: past ``soft`` lanes slow down, past ``hard`` they hold.
+
+    ``None`` switches a limit off. ``flow_control`` takes ``True``/``None``
+    (its reading is whether the primary's flow control says it is lagged);
+    every other signal a number in its reading's unit (see
+    :class:`HealthSettings`).
+    """
+
+    soft: float | bool | None = None
+    hard: float | bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HealthSettings:
+    """The limits of MongoDB's own health signals (``background.health``).
+
+    A soft breach slows the lanes down (the adaptive controller takes it for an
+    overload; without one a lane pauses 250 ms before the batch). A hard breach
+    makes each lane stop at its next batch boundary, release its partition and
+    hold until the signal clears; the status names the signal and its reading.
+    The defaults are MongoDB's own thresholds where it has one (WiredTiger's
+    eviction triggers, Atlas's oplog window alert); docs/performance.md says why.
+
+    :param flow_control: the primary's flow control is throttling writes because
+        the majority commit point lags (default: soft).
+    :param majority_lag_ms: how far the majority commit point is behind the
+        primary's last applied write, in ms (default: soft 2000, hard 30000).
+    :param cache_dirty: dirty bytes / the WiredTiger cache's size (default: soft
+        0.15, hard 0.20: where application threads start evicting).
+    :param cache_used: bytes in cache / its size (default: soft 0.90, hard 0.95:
+        WiredTiger's eviction trigger).
+    :param write_tickets: write tickets available / their total, breached
+        *below* the limit (default: soft 0.25, hard 0.05).
+    :param queued_operations: operations queued for a lock or ticket (default:
+        soft 32, no hard limit).
+    :param oplog_window_s: seconds the oplog covers (first to last entry),
+        breached *below* the limit and judged only once the oplog is full
+        (default: soft 7200, hard 3600).
+    """
+
+    flow_control: HealthLimit = HealthLimit(soft=True)
+    majority_lag_ms: HealthLimit = HealthLimit(soft=2_000, hard=30_000)
+    cache_dirty: HealthLimit = HealthLimit(soft=0.15, hard=0.20)
+    cache_used: HealthLimit = HealthLimit(soft=0.90, hard=0.95)
+    write_tickets: HealthLimit = HealthLimit(soft=0.25, hard=0.05)
+    queued_operations: HealthLimit = HealthLimit(soft=32)
+    oplog_window_s: HealthLimit = HealthLimit(soft=7_200, hard=3_600)
+
+    def limits(self) -> dict[HealthSignal, HealthLimit]:
+        """Each signal's limits, in :data:`HEALTH_SIGNALS` order."""
+        return {signal: getattr(self, signal) for signal in HEALTH_SIGNALS}
+
+    def to_document(self) -> dict[str, dict[str, Any]]:
+        """The settings as stored in the state document (``{signal: {soft, hard}}``)."""
+        return {
+            signal: {"soft": limit.soft, "hard": limit.hard}
+            for signal, limit in self.limits().items()
+        }
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BackgroundSpec:
     """The validated ``background`` mapping of a migration file.
@@ -158,7 +246,7 @@ class BackgroundSpec:
       ``revision_field`` at top level, and is empty in step mode. Treat it as
       read-only; :func:`~migronaut_core.background.spec.match.match_of` returns a
       copy to build queries from;
-    - ``transaction`` / ``adaptive`` are ``None`` when off;
+    - ``transaction`` / ``adaptive`` / ``health`` are ``None`` when off;
     - ``reversible`` says a way back exists (``revert``/``revert_batch``,
       ``revert_step`` in step mode, ``revert_update`` in update mode).
     """
@@ -183,6 +271,7 @@ class BackgroundSpec:
     shard_concurrency: int | None = None
     adaptive: AdaptiveSettings | None = None
     throttle: ThrottleSettings = dataclasses.field(default_factory=ThrottleSettings)
+    health: HealthSettings | None = dataclasses.field(default_factory=HealthSettings)
     reversible: bool = False
     update: list[dict[str, Any]] | None = None
     revert_update: list[dict[str, Any]] | None = None
@@ -206,7 +295,7 @@ class BackgroundSpec:
 
         BSON- and (bar BSON values in ``filter``) JSON-safe, keyed like the
         file (``from``/``to``, snake_case), plus ``reversible``. Off switches
-        are stored as ``False`` (``transaction``, ``adaptive``) or ``None``
+        are stored as ``False`` (``transaction``, ``adaptive``, ``health``) or ``None``
         (``write_concern``, ``revision_field``, ``shard_concurrency``,
         ``update``, ``revert_update``): running lanes take an update
         migration's pipelines from here, not from the file.
@@ -232,6 +321,7 @@ class BackgroundSpec:
             "shard_concurrency": self.shard_concurrency,
             "adaptive": _switch_document(self.adaptive),
             "throttle": dataclasses.asdict(self.throttle),
+            "health": False if self.health is None else self.health.to_document(),
             "reversible": self.reversible,
             "update": _stages_document(self.update),
             "revert_update": _stages_document(self.revert_update),

@@ -13,6 +13,7 @@ the file (and has the same match hash). Pure: no database, no clock, no logging.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -26,11 +27,16 @@ from bson.codec_options import CodecOptions
 from bson.errors import BSONError
 
 from migronaut_core.background.spec.model import (
+    HEALTH_SENSE,
+    HEALTH_SIGNALS,
     MIN_PARTITION_DOCS,
     UPDATE_PARTITION_BATCHES,
     AdaptiveSettings,
     BackgroundFunctions,
     BackgroundSpec,
+    HealthLimit,
+    HealthSettings,
+    HealthSignal,
     Mode,
     PartitionSettings,
     ThrottleSettings,
@@ -45,6 +51,7 @@ from migronaut_core.checks import (
     collection_name_problem,
     field_name_problem,
     int_problem,
+    number_problem,
     wrong_type,
 )
 from migronaut_core.errors import ConfigInvalidError
@@ -247,6 +254,7 @@ _FILE_KEYS: Final[Mapping[str, _Key]] = {
     "shard_concurrency": _Key(_optional(_integer(1, 64)), None),
     "adaptive": _Key(_switch, False),
     "throttle": _Key(_mapping),
+    "health": _Key(_switch, True),
     "update": _Key(_optional(_stages), None),
     "revert_update": _Key(_optional(_stages), None),
 }
@@ -274,6 +282,15 @@ _ADAPTIVE_KEYS: Final[Mapping[str, _Key]] = {
     "decrease": _Key(_fraction, 0.5),
     "target_latency_ms": _Key(_integer(10, 600_000), 1_000),
     "max_pause_ms": _Key(_integer(0, 600_000), 5_000),
+}
+#: What each health limit may be (``None`` switches it off; flow control: ``True``/``None``).
+_HEALTH_BOUNDS: Final[Mapping[HealthSignal, tuple[float, float, bool]]] = {
+    "majority_lag_ms": (0, 86_400_000, True),
+    "cache_dirty": (0.0, 1.0, False),
+    "cache_used": (0.0, 1.0, False),
+    "write_tickets": (0.0, 1.0, False),
+    "queued_operations": (0, 1_000_000, True),
+    "oplog_window_s": (0, 2_592_000, True),
 }
 _WRITE_CONCERN_KEYS: Final[Mapping[str, _Key]] = {
     "w": _Key(_w, required=True),
@@ -337,6 +354,7 @@ def _assemble(
         shard_concurrency=values["shard_concurrency"],
         adaptive=_within("adaptive", _adaptive, values["adaptive"], batch_size, tolerant),
         throttle=_within("throttle", _throttle, values["throttle"], tolerant),
+        health=_within("health", _health, values["health"], tolerant),
         reversible=reversible or values["revert_update"] is not None,
         update=values["update"],
         revert_update=values["revert_update"],
@@ -428,6 +446,68 @@ def _throttle(value: Any, tolerant: bool) -> ThrottleSettings:
     return ThrottleSettings(
         **_read({} if value is _DERIVED else value, _THROTTLE_KEYS, tolerant=tolerant)
     )
+
+
+def _health(value: Any, tolerant: bool) -> HealthSettings | None:
+    """``True``/``None``: the defaults; ``False``: off; a mapping: per-signal overrides."""
+    if value is False:
+        return None
+    defaults = HealthSettings()
+    if value is None or value is True:
+        return defaults
+    table: dict[str, _Key] = {
+        signal: _Key(_health_limit_of(signal, tolerant), _DERIVED) for signal in HEALTH_SIGNALS
+    }
+    read = _read(value, table, tolerant=tolerant)
+    given = {signal: limit for signal, limit in read.items() if limit is not _DERIVED}
+    return dataclasses.replace(defaults, **given)
+
+
+def _health_limit_of(signal: HealthSignal, tolerant: bool) -> _Check:
+    """The check of one signal's ``{soft, hard}`` (``False``: both off; keys left out keep
+    their defaults)."""
+    default: HealthLimit = getattr(HealthSettings(), signal)
+    one = _flag_limit if signal == "flow_control" else _number_limit(signal)
+
+    def check(value: Any) -> HealthLimit:
+        if value is False or value is None:
+            return HealthLimit()
+        keys = {"soft": _Key(one, default.soft), "hard": _Key(one, default.hard)}
+        read = _read(value, keys, tolerant=tolerant)
+        soft, hard = read["soft"], read["hard"]
+        if soft is not None and hard is not None and soft is not True:
+            wrong = soft > hard if HEALTH_SENSE[signal] == "above" else soft < hard
+            if wrong:
+                side = "exceed" if HEALTH_SENSE[signal] == "above" else "be below"
+                raise _InvalidError(f"must not {side} the hard limit", "soft")
+        return HealthLimit(soft=soft, hard=hard)
+
+    return check
+
+
+def _flag_limit(value: Any) -> bool | None:
+    if value is None or value is False:
+        return None
+    if value is True:
+        return True
+    raise _InvalidError(f"must be True, False or None (got {type(value).__name__})")
+
+
+def _number_limit(signal: HealthSignal) -> _Check:
+    low, high, whole = _HEALTH_BOUNDS[signal]
+
+    def check(value: Any) -> float | None:
+        if value is None or value is False:
+            return None
+        if whole:
+            problem = int_problem(value, int(low), int(high))
+        else:
+            problem = number_problem(value, low, high)
+        if problem is not None:
+            raise _InvalidError(problem)
+        return int(value) if whole else float(value)
+
+    return check
 
 
 def _adaptive(value: Any, batch_size: int, tolerant: bool) -> AdaptiveSettings | None:

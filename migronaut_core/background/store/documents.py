@@ -81,6 +81,21 @@ class ControlMark(TypedDict, total=False):
     reason: str
 
 
+class HealthHoldDocument(TypedDict):
+    """Why the lanes hold (``health_hold``): a server health signal past its hard limit.
+
+    ``since``: when the hold on this signal began; ``at``: when ``reading`` was taken.
+    Removed once a lane finds every signal within its hard limit.
+    """
+
+    signal: str
+    level: str
+    reading: float | bool
+    limit: float | bool
+    since: datetime
+    at: datetime
+
+
 #: One background migration's state. ``pass`` is a keyword, hence the functional form.
 StateDocument = TypedDict(
     "StateDocument",
@@ -122,6 +137,7 @@ StateDocument = TypedDict(
         "round": int,
         "control": ControlMark,
         "reopened": int,
+        "health_hold": HealthHoldDocument,
     },
     total=False,
 )
@@ -222,6 +238,7 @@ __all__ = [
     "ControlMark",
     "ConvergeLogDocument",
     "CoordinatorMark",
+    "HealthHoldDocument",
     "HistoryDocument",
     "InflightDocument",
     "LeaseDocument",

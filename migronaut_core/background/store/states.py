@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, cast
 
 from pymongo import ASCENDING, ReturnDocument
@@ -18,7 +19,11 @@ from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
 from pymongo.database import Database
 
-from migronaut_core.background.store.documents import HistoryDocument, StateDocument
+from migronaut_core.background.store.documents import (
+    HealthHoldDocument,
+    HistoryDocument,
+    StateDocument,
+)
 from migronaut_core.clock import utc_now
 from migronaut_core.config import BackgroundCollections
 from migronaut_core.required_indexes import RequiredIndex
@@ -132,6 +137,7 @@ class StateDocuments:
                     "coordinator": "",
                     "round": "",
                     "control": "",
+                    "health_hold": "",
                 },
                 "$setOnInsert": {"created_at": now},
                 "$push": {"history": {"$each": [entry], "$slice": -MAX_HISTORY}},
@@ -150,6 +156,42 @@ class StateDocuments:
 
     def set(self, name: str, fields: Mapping[str, Any]) -> None:
         self.collection.update_one({"_id": name}, {"$set": {**fields, "updated_at": utc_now()}})
+
+    def hold(self, name: str, hold: HealthHoldDocument, *, refresh_before: datetime) -> bool:
+        """Record why the lanes hold; True when this is a new hold (another signal, or none).
+
+        A hold on the same signal keeps its ``since``; its reading is refreshed when
+        the stored one was taken before ``refresh_before``, so N held lanes write
+        at most once per refresh, not once per look.
+        """
+        fresh = self.collection.update_one(
+            {"_id": name, "health_hold.signal": {"$ne": hold["signal"]}},
+            {"$set": {"health_hold": dict(hold)}},
+        )
+        if fresh.modified_count:
+            return True
+        self.collection.update_one(
+            {
+                "_id": name,
+                "health_hold.signal": hold["signal"],
+                "health_hold.at": {"$lt": refresh_before},
+            },
+            {
+                "$set": {
+                    "health_hold.reading": hold["reading"],
+                    "health_hold.limit": hold["limit"],
+                    "health_hold.at": hold["at"],
+                }
+            },
+        )
+        return False
+
+    def release_hold(self, name: str) -> bool:
+        """Forget the lanes' hold; True when there was one (the first lane to see it clear)."""
+        result = self.collection.update_one(
+            {"_id": name, "health_hold": {"$exists": True}}, {"$unset": {"health_hold": ""}}
+        )
+        return result.modified_count == 1
 
     def cas(
         self, name: str, expected: Mapping[str, Any], update: Mapping[str, Any]

@@ -7,7 +7,10 @@ lane waits before every batch for:
 - the user's ``throttle(ctx)`` function, whose result is extra milliseconds;
 - the adaptive controller's pause (:mod:`.adaptive`);
 - replication lag: with ``throttle.max_lag_ms``, a lane waits while the slowest
-  secondary is further behind the primary than that (:mod:`.lag`).
+  secondary is further behind the primary than that (:mod:`.lag`);
+- MongoDB's own health (``health``: flow control, majority commit lag, cache,
+  tickets, oplog window; :mod:`.health`): past a soft limit a lane slows down,
+  past a hard one it stops at the batch boundary and holds.
 
 :mod:`.pacing` holds the :class:`Throttle` of one lane, which adds these up;
 :mod:`.registry` the controllers and lag probes the lanes of one runtime share
@@ -20,6 +23,16 @@ Log lines carry migration names and numbers, never documents.
 from migronaut_core.background.throttle.adaptive import (
     AdaptiveController,
     ThrottleChange,
+)
+from migronaut_core.background.throttle.health import (
+    HealthBreach,
+    HealthProbe,
+    HealthReading,
+    ServerHealthProbe,
+    first_breach,
+    oplog_headroom_key,
+    oplog_headroom_s,
+    shared_health_probe,
 )
 from migronaut_core.background.throttle.lag import (
     LagProbe,
@@ -36,13 +49,21 @@ from migronaut_core.background.throttle.registry import ThrottleRegistry
 
 __all__ = [
     "AdaptiveController",
+    "HealthBreach",
+    "HealthProbe",
+    "HealthReading",
     "LagProbe",
     "LagSource",
     "PacedJob",
+    "ServerHealthProbe",
     "Throttle",
     "ThrottleChange",
     "ThrottleContext",
     "ThrottleRegistry",
+    "first_breach",
+    "oplog_headroom_key",
+    "oplog_headroom_s",
     "replication_lag_ms",
+    "shared_health_probe",
     "warning_keys",
 ]

@@ -1,8 +1,9 @@
 """The throttle of one lane: what it waits for before a batch, and what it learns after one.
 
 A :class:`Throttle` is built per claimed partition (:meth:`Throttle.for_job`)
-from the spec's ``throttle`` settings, the user's ``throttle(ctx)`` function and
-the controller and lag probe the lanes of a runtime share (a
+from the spec's ``throttle`` and ``health`` settings, the user's
+``throttle(ctx)`` function and the controller, lag probe and health probe the
+lanes of a runtime share (a
 :class:`~migronaut_core.background.throttle.registry.ThrottleRegistry`).
 Every wait goes through :meth:`CancelToken.sleep`: cancelling wakes it at once.
 """
@@ -17,9 +18,10 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from migronaut_core.background.backoff import Backoff
 from migronaut_core.background.cancel import CancelToken
-from migronaut_core.background.spec import BackgroundFunctions, BackgroundSpec
+from migronaut_core.background.spec import BackgroundFunctions, BackgroundSpec, HealthSettings
 from migronaut_core.background.telemetry import NO_TELEMETRY, Telemetry
 from migronaut_core.background.throttle.adaptive import AdaptiveController, ThrottleChange
+from migronaut_core.background.throttle.health import HealthBreach, HealthProbe, first_breach
 from migronaut_core.background.throttle.lag import LagSource
 from migronaut_core.background.throttle.registry import ThrottleRegistry
 from migronaut_core.background.warn_once import Warn, WarnOnce
@@ -28,7 +30,14 @@ from migronaut_core.server_errors import is_overload
 if TYPE_CHECKING:
     from pymongo import MongoClient
 
-__all__ = ["MAX_USER_PAUSE_MS", "PacedJob", "Throttle", "ThrottleContext", "warning_keys"]
+__all__ = [
+    "MAX_USER_PAUSE_MS",
+    "SOFT_HEALTH_PAUSE_MS",
+    "PacedJob",
+    "Throttle",
+    "ThrottleContext",
+    "warning_keys",
+]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +45,9 @@ log = logging.getLogger(__name__)
 MAX_USER_PAUSE_MS: Final = 3_600_000
 #: A lagging secondary is looked at again after 0.25 s, doubling up to 2 s.
 LAG_BACKOFF: Final = Backoff(first=0.25, cap=2.0)
+#: A lane without an adaptive controller waits this long before a batch while a
+#: health signal is past its soft limit (the controller's first back-off).
+SOFT_HEALTH_PAUSE_MS: Final = 100
 #: What a throttle warns about: the user's function raised, or returned no number.
 _WARNINGS: Final = ("raised", "value")
 
@@ -83,6 +95,10 @@ class Throttle:
     :meth:`before_batch` waits ``pause_ms`` + the user's ``throttle(ctx)`` +
     the adaptive pause, then (with ``max_lag_ms`` and a ``lag_probe``) while a
     secondary lags too far, backing off from 0.25 s to 2 s between looks. A
+    server health signal past its soft limit (``health`` read through
+    ``health_probe``) counts as an overload for the controller, or, without one,
+    waits :data:`SOFT_HEALTH_PAUSE_MS`; past its hard limit,
+    :meth:`hard_breach` says so and the lane stops at the batch boundary. A
     user function that raises or returns something other than a non-negative
     number counts as 0 and is warned about once (through ``warn``: the
     runtime's in a lane, else the throttle's own); it never fails the slice.
@@ -104,7 +120,12 @@ class Throttle:
     #: The partition's shard group, when it has one (a telemetry attribute).
     group: str | None = None
     telemetry: Telemetry = NO_TELEMETRY
+    health: HealthSettings | None = None
+    health_probe: HealthProbe | None = None
+    #: The signal past its hard limit at the last :meth:`hard_breach`, if one was.
+    held_by: HealthBreach | None = field(default=None, init=False)
     _lagged: bool = field(default=False, init=False, repr=False)
+    _strained: bool = field(default=False, init=False, repr=False)
 
     @classmethod
     def for_job(
@@ -122,13 +143,14 @@ class Throttle:
         Wires the spec's ``throttle`` settings, the user's function, the
         shared lag probe of ``client`` (when ``max_lag_ms`` is set) and the
         shared controller of the partition's group (when ``adaptive`` is on;
-        the partition's stored ``throttle`` state seeds a new controller),
-        both from ``registry``; its warnings go to ``warn``, its changes and lag
-        waits to ``telemetry``.
+        the partition's stored ``throttle`` state seeds a new controller) and
+        the health probe (when ``health`` is on), all from ``registry``; its
+        warnings go to ``warn``, its changes and waits to ``telemetry``.
         """
         spec = job.spec
         group = partition.get("group")
         lag_on = spec.throttle.max_lag_ms is not None
+        health_on = spec.health is not None
         return cls(
             migration=job.name,
             pause_ms=spec.throttle.pause_ms,
@@ -143,6 +165,10 @@ class Throttle:
             collection=spec.collection,
             group=None if group is None else str(group),
             telemetry=telemetry,
+            health=spec.health,
+            health_probe=(
+                registry.health_probe(client) if health_on and client is not None else None
+            ),
         )
 
     def next_batch_size(self) -> int:
@@ -158,7 +184,44 @@ class Throttle:
             return True
         if cancel.cancelled:
             return True
+        if self._slow_for_health(cancel):
+            return True
         return self._wait_for_lag(cancel)
+
+    def hard_breach(self) -> HealthBreach | None:
+        """The server health signal past its hard limit, if one is (also kept in ``held_by``).
+
+        The lane must not write another batch: it stops at this batch boundary,
+        releases its partition and holds until the signal clears. The reading
+        is the probe's cached one, so asking before every batch costs nothing.
+        """
+        if self.health is None or self.health_probe is None:
+            return None
+        breach = first_breach(self.health_probe.read(self.warn), self.health, "hard")
+        if breach is not None and self.held_by is None:
+            self.telemetry.throttled(self.migration, "health", shard=self.group)
+        self.held_by = breach
+        return breach
+
+    def _slow_for_health(self, cancel: CancelToken) -> bool:
+        """Slow down while a signal is past its soft limit; True when ``cancel`` fired."""
+        if self.health is None or self.health_probe is None:
+            return False
+        breach = first_breach(self.health_probe.read(self.warn), self.health, "soft")
+        if breach is None:
+            return False
+        self.telemetry.throttled(self.migration, "health", shard=self.group)
+        log.debug(
+            "%s: %s reads %s (soft limit %s); slowing down",
+            self.migration,
+            breach.signal,
+            breach.reading,
+            breach.limit,
+        )
+        self._strained = True
+        if self.adaptive is None:
+            return cancel.sleep(SOFT_HEALTH_PAUSE_MS / 1000)
+        return False
 
     def take_lagged(self) -> bool:
         """Whether a wait for a lagging secondary happened since the last call; clears it."""
@@ -166,11 +229,13 @@ class Throttle:
         return lagged
 
     def after_batch(self, latency_ms: float, *, overloaded: bool = False) -> ThrottleChange | None:
-        """Feed a written batch to the controller (a lag wait counts as overload)."""
+        """Feed a written batch to the controller (a lag wait or a soft health breach
+        before it counts as overload)."""
         lagged = self.take_lagged()
+        strained, self._strained = self._strained, False
         if self.adaptive is None:
             return None
-        return self._counted(self.adaptive.record(latency_ms, overloaded or lagged))
+        return self._counted(self.adaptive.record(latency_ms, overloaded or lagged or strained))
 
     def after_error(self, error: BaseException, latency_ms: float) -> ThrottleChange | None:
         """Feed a failed batch to the controller when ``error`` is an overload; else nothing."""

@@ -6,7 +6,10 @@ that kit working the same migration and shard group gets the same
 :class:`~.adaptive.AdaptiveController`, and every lane reading through the same
 client the same :class:`~.lag.LagProbe`. Nothing here is process-wide, so two
 kits never share state, and a finished migration's controllers go with
-:meth:`ThrottleRegistry.forget`.
+:meth:`ThrottleRegistry.forget`. The one exception is the server's health
+(:mod:`.health`): a fact about the cluster, not the kit's state, read once per
+process and cluster (:func:`~.health.shared_health_probe`) unless a probe of
+one's own is given (:meth:`ThrottleRegistry.use_health_probe`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from migronaut_core.background.spec import AdaptiveSettings
 from migronaut_core.background.throttle.adaptive import AdaptiveController
+from migronaut_core.background.throttle.health import HealthProbe, shared_health_probe
 from migronaut_core.background.throttle.lag import LagProbe
 
 if TYPE_CHECKING:
@@ -33,6 +37,7 @@ class ThrottleRegistry:
         self._lock = threading.Lock()
         self._controllers: dict[tuple[str, str | None], AdaptiveController] = {}
         self._probes: dict[int, tuple[weakref.ref[Any], LagProbe]] = {}
+        self._health: HealthProbe | None = None
 
     def adaptive_for(
         self,
@@ -70,6 +75,21 @@ class ThrottleRegistry:
             probe = LagProbe(client)
             self._probes[id(client)] = (weakref.ref(client), probe)
             return probe
+
+    def health_probe(self, client: MongoClient[Any]) -> HealthProbe:
+        """The health probe lanes of this kit read: the one given, else the process's for
+        ``client``'s cluster."""
+        with self._lock:
+            given = self._health
+        return given if given is not None else shared_health_probe(client)
+
+    def use_health_probe(self, probe: HealthProbe | None) -> None:
+        """Read the cluster's health through ``probe`` (None: the process's shared one again).
+
+        For tests that inject readings, and for callers with a source of their own.
+        """
+        with self._lock:
+            self._health = probe
 
     def migrations(self) -> frozenset[str]:
         """The migrations that have a controller here."""
