@@ -11,17 +11,13 @@ so a Celery cluster's driver can run them too.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from pymongo import MongoClient
 
-from migronaut_dev.airflow_standalone import AirflowStandalone, install_dag_file
-from migronaut_dev.endpoints import airflow_connection
-from tests.support.airflow import log_tail_on_failure
-from tests.support.background import make_kit, write_background
+from tests.support.background import write_background
 from tests.support.drift_events import (
     DRIFT_DAG_OPTIONS,
     DRIFT_MIGRATION,
@@ -32,53 +28,43 @@ from tests.support.drift_events import (
     check_drift_written_while_the_triggerer_is_down_is_healed,
     seed_completed,
 )
+from tests.support.standalone import Standalone, running_standalone
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
-def setup(
+def standalone(
     tmp_path_factory: pytest.TempPathFactory,
     mongo_uri: str,
     mongo_client: MongoClient[dict[str, Any]],
-) -> Iterator[DriftSetup]:
+) -> Iterator[Standalone]:
     """A completed migration over 1,000 orders, and Airflow with its drift-events DAG."""
-    db = mongo_client[f"t_{uuid.uuid4().hex[:12]}"]
-    root = tmp_path_factory.mktemp("drift-events")
-    migrations = root / "migrations"
-    try:
-        write_background(migrations, DRIFT_NAME, body=DRIFT_MIGRATION)
-        install_dag_file(root / "dags", DRIFT_DAG_OPTIONS)
-        env = {
-            "MIGRONAUT_MIGRATIONS_DIR": str(migrations),
-            "AIRFLOW_CONN_MIGRONAUT_DEFAULT": airflow_connection(mongo_uri, db.name),
-            **TRIGGERER_ENV,
-        }
-        with make_kit(mongo_uri, db, migrations) as kit:
-            seed_completed(db, kit)
-            with AirflowStandalone(
-                root / "airflow", root / "dags", env, start_timeout=300
-            ) as airflow:
-                yield DriftSetup(airflow, db, kit)
-        left = [" ".join(proc.cmdline()) for proc in airflow.processes()]
-        assert not left, f"Airflow processes left behind: {left}"
-    finally:
-        mongo_client.drop_database(db.name)
+    with running_standalone(
+        tmp_path_factory,
+        "drift-events",
+        mongo_uri,
+        mongo_client,
+        DRIFT_DAG_OPTIONS,
+        seed=lambda ground: write_background(ground.migrations, DRIFT_NAME, body=DRIFT_MIGRATION),
+        kit={},
+        with_kit=lambda ground: seed_completed(ground.db, ground.kit),
+        env=TRIGGERER_ENV,
+        start_timeout=300,
+    ) as standalone:
+        yield standalone
 
 
-@pytest.fixture(autouse=True)
-def _airflow_log_on_failure(
-    setup: DriftSetup, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
-) -> Iterator[None]:
-    airflow = setup.airflow
-    assert isinstance(airflow, AirflowStandalone)
+@pytest.fixture(scope="module")
+def setup(standalone: Standalone) -> DriftSetup:
+    return DriftSetup(standalone.airflow, standalone.db, standalone.kit)
 
-    def triggerer_log() -> str:
-        path = airflow.home / "triggerer.log"
-        lines = path.read_text(errors="replace").splitlines()[-60:] if path.exists() else []
-        return "\n--- the restarted triggerer's log ---\n" + "\n".join(lines)
 
-    yield from log_tail_on_failure(airflow, request, capsys, triggerer_log)
+def more_on_failure(standalone: Standalone, request: pytest.FixtureRequest) -> str:
+    """After a failed test (tests/airflow/e2e/conftest.py): the end of the triggerer's log."""
+    path = standalone.airflow.home / "triggerer.log"
+    lines = path.read_text(errors="replace").splitlines()[-60:] if path.exists() else []
+    return "\n--- the restarted triggerer's log ---\n" + "\n".join(lines)
 
 
 def test_old_shape_writes_after_completion_are_healed_without_anyone_triggering(
