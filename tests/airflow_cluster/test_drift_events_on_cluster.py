@@ -5,7 +5,7 @@ cluster's triggerer; old-shape writes reopen the migration and Celery workers he
 every one, with nobody triggering anything — then again with the triggerer killed
 while the writes happen and started afterwards (the trigger resumes after its
 stored position). The bodies are :mod:`tests.support.drift_events`'s, which
-``tests/airflow/test_drift_events_e2e.py`` runs on ``airflow standalone``. This
+``tests/airflow/e2e/test_drift_events.py`` runs on ``airflow standalone``. This
 module runs after the other cluster tests: its DAG file (every migronaut DAG of its
 own migrations directory and database) stays in the cluster's dags folder.
 """

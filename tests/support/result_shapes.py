@@ -1,7 +1,7 @@
 """Instances of every result type the kit returns, with optional fields set and unset.
 
 What the JSON pins (``tests/unit/test_json_shapes.py``) and the UI's model pins
-(``tests/airflow/test_ui_models.py``) are built from.
+(``tests/airflow/plugins/test_models.py``) are built from.
 """
 
 from __future__ import annotations

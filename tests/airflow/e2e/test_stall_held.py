@@ -20,7 +20,6 @@ and the sensor waits an hour for a live lease.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -34,11 +33,10 @@ from migronaut_airflow.dags.factory import STALLS_DAG_ID
 from migronaut_airflow.operators.background import dag_id_for
 from migronaut_core import Migronaut
 from migronaut_core.config import BackgroundCollections
-from migronaut_dev.airflow_standalone import AirflowStandalone, install_dag_file, parse_time
-from migronaut_dev.endpoints import airflow_connection
-from tests.support.airflow import log_tail_on_failure, stall_watch_connected
-from tests.support.background import make_kit
+from migronaut_dev.airflow_standalone import AirflowStandalone, parse_time
+from tests.support.airflow import stall_watch_connected
 from tests.support.chaos import NAME, seed, write_migration
+from tests.support.standalone import Ground, Standalone, running_standalone
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -66,50 +64,45 @@ class Setup:
     kit: Migronaut
 
 
+def _seed(ground: Ground) -> None:
+    seed(ground.db, DOCUMENTS)
+    write_migration(
+        ground.migrations,
+        batch_size=100,
+        max_parallel=1,
+        doc_seconds=DOC_SECONDS,
+        extra='"slice_ms": 2_000,',
+    )
+
+
 @pytest.fixture(scope="module")
-def setup(
+def standalone(
     tmp_path_factory: pytest.TempPathFactory,
     mongo_uri: str,
     mongo_client: MongoClient[dict[str, Any]],
-) -> Iterator[Setup]:
+) -> Iterator[Standalone]:
     """A registered slow migration and Airflow with the stall watch and a lane pool."""
-    db = mongo_client[f"t_{uuid.uuid4().hex[:12]}"]
-    root = tmp_path_factory.mktemp("stall_held")
-    migrations = root / "migrations"
-    try:
-        seed(db, DOCUMENTS)
-        write_migration(
-            migrations,
-            batch_size=100,
-            max_parallel=1,
-            doc_seconds=DOC_SECONDS,
-            extra='"slice_ms": 2_000,',
+    with running_standalone(
+        tmp_path_factory,
+        "stall_held",
+        mongo_uri,
+        mongo_client,
+        DAG_OPTIONS,
+        seed=_seed,
+        kit={"lock_ttl_seconds": TTL_SECONDS},
+        start_timeout=420,
+    ) as standalone:
+        standalone.airflow.request(
+            "POST",
+            "/api/v2/pools",
+            json={"name": POOL, "slots": 1, "include_deferred": False},
         )
-        install_dag_file(root / "dags", DAG_OPTIONS)
-        env = {
-            "MIGRONAUT_MIGRATIONS_DIR": str(migrations),
-            "AIRFLOW_CONN_MIGRONAUT_DEFAULT": airflow_connection(mongo_uri, db.name),
-        }
-        with make_kit(mongo_uri, db, migrations, lock_ttl_seconds=TTL_SECONDS) as kit:
-            kit.runs.up()
-            with AirflowStandalone(
-                root / "airflow", root / "dags", env, start_timeout=420
-            ) as airflow:
-                airflow.request(
-                    "POST",
-                    "/api/v2/pools",
-                    json={"name": POOL, "slots": 1, "include_deferred": False},
-                )
-                yield Setup(airflow, mongo_client, db, kit)
-    finally:
-        mongo_client.drop_database(db.name)
+        yield standalone
 
 
-@pytest.fixture(autouse=True)
-def _airflow_log_on_failure(
-    setup: Setup, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
-) -> Iterator[None]:
-    yield from log_tail_on_failure(setup.airflow, request, capsys)
+@pytest.fixture(scope="module")
+def setup(standalone: Standalone, mongo_client: MongoClient[dict[str, Any]]) -> Setup:
+    return Setup(standalone.airflow, mongo_client, standalone.db, standalone.kit)
 
 
 def _migrated(setup: Setup) -> int:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -22,11 +21,10 @@ from pymongo.database import Database
 
 from migronaut_airflow.operators.background import dag_id_for
 from migronaut_core import Migronaut
-from migronaut_dev.airflow_standalone import AirflowStandalone, install_dag_file
-from migronaut_dev.endpoints import airflow_connection
+from migronaut_dev.airflow_standalone import AirflowStandalone
 from tests.support import kit_json
-from tests.support.airflow import log_tail_on_failure
-from tests.support.background import make_kit, write_background
+from tests.support.background import write_background
+from tests.support.standalone import Ground, Standalone, running_standalone
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -90,55 +88,51 @@ class Setup:
         return self.airflow.trigger(dag_id, {"reason": "e2e"})
 
 
+def _seed(ground: Ground) -> None:
+    db, migrations = ground.db, ground.migrations
+    db.orders.insert_many([{"_id": i, "_v": 1} for i in range(POOLED_DOCUMENTS)])
+    db.invoices.insert_many([{"_id": i, "_v": 1} for i in range(KILLED_DOCUMENTS)])
+    for collection in ("orders", "invoices"):
+        db[collection].create_index([("_v", 1), ("_id", 1)])
+    pooled = SLOW.format(
+        collection="orders", max_parallel=4, slice_ms=4_000, per_document_seconds=0.002
+    )
+    write_background(migrations, POOLED_NAME, body=pooled)
+    # One slot and long slices: the lane holds its lease until it is killed.
+    killed = SLOW.format(
+        collection="invoices", max_parallel=1, slice_ms=600_000, per_document_seconds=0.01
+    )
+    write_background(migrations, KILLED_NAME, body=killed)
+
+
 @pytest.fixture(scope="module")
-def setup(
+def standalone(
     tmp_path_factory: pytest.TempPathFactory,
     mongo_uri: str,
     mongo_client: MongoClient[dict[str, Any]],
-) -> Iterator[Setup]:
-    db = mongo_client[f"t_{uuid.uuid4().hex[:12]}"]
-    root = tmp_path_factory.mktemp("standalone_lanes")
-    migrations = root / "migrations"
-    try:
-        db.orders.insert_many([{"_id": i, "_v": 1} for i in range(POOLED_DOCUMENTS)])
-        db.invoices.insert_many([{"_id": i, "_v": 1} for i in range(KILLED_DOCUMENTS)])
-        for collection in ("orders", "invoices"):
-            db[collection].create_index([("_v", 1), ("_id", 1)])
-        pooled = SLOW.format(
-            collection="orders", max_parallel=4, slice_ms=4_000, per_document_seconds=0.002
+) -> Iterator[Standalone]:
+    with running_standalone(
+        tmp_path_factory,
+        "standalone_lanes",
+        mongo_uri,
+        mongo_client,
+        DAG_OPTIONS,
+        seed=_seed,
+        kit={"lock_ttl_seconds": TTL_SECONDS},
+        # A loaded machine can take minutes to bring Airflow's processes up.
+        start_timeout=420,
+    ) as standalone:
+        standalone.airflow.request(
+            "POST",
+            "/api/v2/pools",
+            json={"name": POOL, "slots": POOL_SLOTS, "include_deferred": False},
         )
-        write_background(migrations, POOLED_NAME, body=pooled)
-        # One slot and long slices: the lane holds its lease until it is killed.
-        killed = SLOW.format(
-            collection="invoices", max_parallel=1, slice_ms=600_000, per_document_seconds=0.01
-        )
-        write_background(migrations, KILLED_NAME, body=killed)
-        install_dag_file(root / "dags", DAG_OPTIONS)
-        env = {
-            "MIGRONAUT_MIGRATIONS_DIR": str(migrations),
-            "AIRFLOW_CONN_MIGRONAUT_DEFAULT": airflow_connection(mongo_uri, db.name),
-        }
-        with make_kit(mongo_uri, db, migrations, lock_ttl_seconds=TTL_SECONDS) as kit:
-            kit.runs.up()
-            # A loaded machine can take minutes to bring Airflow's processes up.
-            with AirflowStandalone(
-                root / "airflow", root / "dags", env, start_timeout=420
-            ) as airflow:
-                airflow.request(
-                    "POST",
-                    "/api/v2/pools",
-                    json={"name": POOL, "slots": POOL_SLOTS, "include_deferred": False},
-                )
-                yield Setup(airflow, db, kit)
-    finally:
-        mongo_client.drop_database(db.name)
+        yield standalone
 
 
-@pytest.fixture(autouse=True)
-def _airflow_log_on_failure(
-    setup: Setup, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
-) -> Iterator[None]:
-    yield from log_tail_on_failure(setup.airflow, request, capsys)
+@pytest.fixture(scope="module")
+def setup(standalone: Standalone) -> Setup:
+    return Setup(standalone.airflow, standalone.db, standalone.kit)
 
 
 def test_a_pool_of_two_caps_four_lanes_at_two_and_the_migration_completes(setup: Setup) -> None:

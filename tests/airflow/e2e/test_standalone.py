@@ -10,7 +10,6 @@ through the REST API. The migrations are registered with the kit first, as
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -22,11 +21,10 @@ from pymongo.database import Database
 
 from migronaut_airflow.operators.background import dag_id_for
 from migronaut_core import Migronaut
-from migronaut_dev.airflow_standalone import AirflowStandalone, install_dag_file, overlapping
-from migronaut_dev.endpoints import airflow_connection
+from migronaut_dev.airflow_standalone import AirflowStandalone, overlapping
 from tests.support import kit_json
-from tests.support.airflow import log_tail_on_failure
-from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
+from tests.support.background import SPLIT_NAME, seed_users, write_background
+from tests.support.standalone import Ground, Standalone, running_standalone
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -101,48 +99,37 @@ class Setup:
         return [ti for ti in self.airflow.task_instances(dag_id, run_id) if ti["task_id"] == "lane"]
 
 
+def _seed(ground: Ground) -> None:
+    db, migrations = ground.db, ground.migrations
+    seed_users(db, USERS)
+    db.users.create_index([("_v", 1), ("_id", 1)])
+    db.accounts.insert_many([{"_id": i, "_v": 1} for i in range(ACCOUNTS)])
+    db.accounts.create_index([("_v", 1), ("_id", 1)])
+    # 0.5 s slices: lanes defer between them and resume from the real triggerer
+    # (20,000 documents keep three lanes busy for longer than one slice, however fast).
+    write_background(migrations, batch_size=100, max_parallel=3, extra='"slice_ms": 500,')
+    write_background(migrations, SLOW_NAME, body=SLOW_MIGRATION)
+    db.ledgers.insert_many([{"_id": i, "_v": 1} for i in range(LEDGERS)])
+    write_background(migrations, PAUSED_NAME, body=PAUSED_MIGRATION)
+
+
 @pytest.fixture(scope="module")
-def setup(
+def standalone(
     tmp_path_factory: pytest.TempPathFactory,
     mongo_uri: str,
     mongo_client: MongoClient[dict[str, Any]],
-) -> Iterator[Setup]:
+) -> Iterator[Standalone]:
     """Two registered background migrations over seeded data, and Airflow running them."""
-    db = mongo_client[f"t_{uuid.uuid4().hex[:12]}"]
-    root = tmp_path_factory.mktemp("standalone")
-    migrations = root / "migrations"
-    try:
-        seed_users(db, USERS)
-        db.users.create_index([("_v", 1), ("_id", 1)])
-        db.accounts.insert_many([{"_id": i, "_v": 1} for i in range(ACCOUNTS)])
-        db.accounts.create_index([("_v", 1), ("_id", 1)])
-        # 0.5 s slices: lanes defer between them and resume from the real triggerer
-        # (20,000 documents keep three lanes busy for longer than one slice, however fast).
-        write_background(migrations, batch_size=100, max_parallel=3, extra='"slice_ms": 500,')
-        write_background(migrations, SLOW_NAME, body=SLOW_MIGRATION)
-        db.ledgers.insert_many([{"_id": i, "_v": 1} for i in range(LEDGERS)])
-        write_background(migrations, PAUSED_NAME, body=PAUSED_MIGRATION)
-        install_dag_file(root / "dags", DAG_OPTIONS)
-        env = {
-            "MIGRONAUT_MIGRATIONS_DIR": str(migrations),
-            "AIRFLOW_CONN_MIGRONAUT_DEFAULT": airflow_connection(mongo_uri, db.name),
-        }
-        with make_kit(mongo_uri, db, migrations) as kit:
-            kit.runs.up()  # registers both background migrations; their DAGs run them
-            with AirflowStandalone(root / "airflow", root / "dags", env) as airflow:
-                yield Setup(airflow, db, kit)
-        left = [" ".join(proc.cmdline()) for proc in airflow.processes()]
-        assert not left, f"Airflow processes left behind: {left}"
-    finally:
-        mongo_client.drop_database(db.name)
+    # The kit's up registers both background migrations; their DAGs run them.
+    with running_standalone(
+        tmp_path_factory, "standalone", mongo_uri, mongo_client, DAG_OPTIONS, seed=_seed, kit={}
+    ) as standalone:
+        yield standalone
 
 
-@pytest.fixture(autouse=True)
-def _airflow_log_on_failure(
-    setup: Setup, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
-) -> Iterator[None]:
-    """Show the end of Airflow's log when a test here failed."""
-    yield from log_tail_on_failure(setup.airflow, request, capsys)
+@pytest.fixture(scope="module")
+def setup(standalone: Standalone) -> Setup:
+    return Setup(standalone.airflow, standalone.db, standalone.kit)
 
 
 def test_parallel_lanes_migrate_every_document(setup: Setup) -> None:

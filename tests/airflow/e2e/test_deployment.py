@@ -27,11 +27,11 @@ from pymongo import MongoClient
 from pymongo.database import Database
 
 from migronaut_dev.airflow_api import AirflowHarnessError
-from migronaut_dev.airflow_standalone import AirflowStandalone, install_dag_file, overlapping
+from migronaut_dev.airflow_standalone import AirflowStandalone, overlapping
 from migronaut_dev.endpoints import airflow_connection
 from tests.support import kit_json
-from tests.support.airflow import log_tail_on_failure
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
+from tests.support.standalone import Ground, Standalone, running_standalone
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -87,45 +87,57 @@ def trigger_from_the_command_line(
 
 
 @pytest.fixture(scope="module")
-def deployment(
+def orders(mongo_client: MongoClient[dict[str, Any]]) -> Iterator[Database[dict[str, Any]]]:
+    """Database B, the ``orders`` target's (database A is the standalone set-up's)."""
+    db = mongo_client[f"t_orders_{uuid.uuid4().hex[:10]}"]
+    yield db
+    mongo_client.drop_database(db.name)
+
+
+@pytest.fixture(scope="module")
+def standalone(
     tmp_path_factory: pytest.TempPathFactory,
     mongo_uri: str,
     mongo_client: MongoClient[dict[str, Any]],
-) -> Iterator[Deployment]:
-    suffix = uuid.uuid4().hex[:10]
-    shop, orders = mongo_client[f"t_shop_{suffix}"], mongo_client[f"t_orders_{suffix}"]
-    root = tmp_path_factory.mktemp("deployment")
-    dags = root / "dags"
-    try:
-        for db in (shop, orders):
+    orders: Database[dict[str, Any]],
+) -> Iterator[Standalone]:
+    def seed(ground: Ground) -> None:
+        for db in (ground.db, orders):
             seed_users(db, DOCUMENTS)
             db.users.create_index([("_v", 1), ("_id", 1)])
-        install_dag_file(dags, DAG_OPTIONS)
-        (dags / "migrations").mkdir()
-        (dags / "migrations_orders").mkdir()
-        env = {
-            "AIRFLOW__MIGRONAUT__TARGETS": "orders",
-            "AIRFLOW__MIGRONAUT__CACHE_DIR": str(root / "cache"),
-            "AIRFLOW_CONN_MIGRONAUT_DEFAULT": airflow_connection(mongo_uri, shop.name),
-            "AIRFLOW_CONN_MIGRONAUT_ORDERS": airflow_connection(mongo_uri, orders.name),
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(
-                f"{name}:{role}" for name, role in USERS.items()
-            ),
-            # Airflow's own default, said out loud: new DAGs are born paused.
-            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
-        }
-        with AirflowStandalone(root / "airflow", dags, env) as airflow:
-            yield Deployment(airflow, dags, shop, orders, mongo_uri)
-    finally:
-        mongo_client.drop_database(shop.name)
-        mongo_client.drop_database(orders.name)
+        (ground.dags / "migrations").mkdir()
+        (ground.dags / "migrations_orders").mkdir()
+
+    env = {
+        "AIRFLOW__MIGRONAUT__TARGETS": "orders",
+        "AIRFLOW__MIGRONAUT__CACHE_DIR": str(tmp_path_factory.mktemp("deployment_cache")),
+        "AIRFLOW_CONN_MIGRONAUT_ORDERS": airflow_connection(mongo_uri, orders.name),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(
+            f"{name}:{role}" for name, role in USERS.items()
+        ),
+        # Airflow's own default, said out loud: new DAGs are born paused.
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+    }
+    # The DAG file's own migrations folders (dags/migrations*): no kit and no
+    # MIGRONAUT_MIGRATIONS_DIR.
+    with running_standalone(
+        tmp_path_factory,
+        "deployment",
+        mongo_uri,
+        mongo_client,
+        DAG_OPTIONS,
+        seed=seed,
+        env=env,
+        migrations_env=False,
+    ) as standalone:
+        yield standalone
 
 
-@pytest.fixture(autouse=True)
-def _airflow_log_on_failure(
-    deployment: Deployment, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
-) -> Iterator[None]:
-    yield from log_tail_on_failure(deployment.airflow, request, capsys)
+@pytest.fixture(scope="module")
+def deployment(standalone: Standalone, orders: Database[dict[str, Any]]) -> Deployment:
+    return Deployment(
+        standalone.airflow, standalone.dags, standalone.db, orders, standalone.mongo_uri
+    )
 
 
 def test_two_targets_migrate_at_once_and_nobody_unpauses_anything(

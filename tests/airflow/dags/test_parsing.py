@@ -20,7 +20,7 @@ from tests.support.background import SPLIT_NAME, write_background
 
 pytestmark = pytest.mark.airflow
 
-SHIPPED = Path(__file__).parents[2] / "dags" / "migronaut_dags.py"
+SHIPPED = Path(__file__).parents[3] / "dags" / "migronaut_dags.py"
 HELPER = "def shared(doc):\n    return doc\n"
 BROKEN = "background = {'collection': 'users',\n"
 

@@ -19,7 +19,6 @@ import os
 import secrets
 import shutil
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,17 +30,16 @@ from pymongo.database import Database
 
 from migronaut_airflow.operators.background import dag_id_for
 from migronaut_core import Migronaut
-from migronaut_dev.airflow_standalone import AirflowStandalone, install_dag_file
-from migronaut_dev.endpoints import airflow_connection
+from migronaut_dev.airflow_standalone import AirflowStandalone
 from tests.support import kit_json
-from tests.support.airflow import log_tail_on_failure
-from tests.support.background import make_kit, seed_users, write_background
+from tests.support.background import seed_users, write_background
 from tests.support.browser import (
     ROOT,
     Browser,
     output_dir,
     require_chromium,
 )
+from tests.support.standalone import Ground, Standalone, running_standalone
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -94,6 +92,8 @@ DOCS_IMAGES = {
     "ui-paused.png": "paused",
     "ui-nav.png": "nav",
 }
+#: The second user's password (SimpleAuthManager's passwords file), new each run.
+PASSWORD = secrets.token_urlsafe(12)
 #: Names of the screenshots taken, by step, for DOCS_IMAGES.
 SHOTS: dict[str, Path] = {}
 
@@ -114,49 +114,48 @@ class Site:
 
 
 @pytest.fixture(scope="module")
-def site(
+def standalone(
     tmp_path_factory: pytest.TempPathFactory,
     mongo_uri: str,
     mongo_client: MongoClient[dict[str, Any]],
-) -> Iterator[Site]:
+) -> Iterator[Standalone]:
     """A registered, slow background migration and Airflow with a second user, signed out."""
     require_chromium()
-    out = output_dir("ui_browser")
-    db = mongo_client[f"t_{uuid.uuid4().hex[:12]}"]
-    root = tmp_path_factory.mktemp("ui_browser")
-    migrations, home = root / "migrations", root / "airflow"
-    password = secrets.token_urlsafe(12)
-    try:
-        seed_users(db, USERS)
-        db.users.create_index([("_v", 1), ("_id", 1)])
-        write_background(migrations, NAME, body=SLOW_SPLIT)
-        install_dag_file(root / "dags", DAG_OPTIONS)
+
+    def seed(ground: Ground) -> None:
+        seed_users(ground.db, USERS)
+        ground.db.users.create_index([("_v", 1), ("_id", 1)])
+        write_background(ground.migrations, NAME, body=SLOW_SPLIT)
         # SimpleAuthManager keeps passwords in this file and only adds missing users.
-        home.mkdir()
-        (home / "simple_auth_manager_passwords.json.generated").write_text(
-            json.dumps({"admin": secrets.token_urlsafe(12), USER: password})
+        ground.home.mkdir()
+        (ground.home / "simple_auth_manager_passwords.json.generated").write_text(
+            json.dumps({"admin": secrets.token_urlsafe(12), USER: PASSWORD})
         )
-        env = {
-            "MIGRONAUT_MIGRATIONS_DIR": str(migrations),
-            "AIRFLOW_CONN_MIGRONAUT_DEFAULT": airflow_connection(mongo_uri, db.name),
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"admin:admin,{USER}:{ROLE}",
-        }
-        with make_kit(mongo_uri, db, migrations) as kit:
-            kit.runs.up()  # registers the background migration; its DAG runs it
-            with AirflowStandalone(home, root / "dags", env) as airflow:
-                yield Site(airflow, db, kit, password, out)
-        left = [" ".join(proc.cmdline()) for proc in airflow.processes()]
-        assert not left, f"Airflow processes left behind: {left}"
-    finally:
-        mongo_client.drop_database(db.name)
+
+    # The kit's up registers the background migration; its DAG runs it.
+    with running_standalone(
+        tmp_path_factory,
+        "ui_browser",
+        mongo_uri,
+        mongo_client,
+        DAG_OPTIONS,
+        seed=seed,
+        kit={},
+        env={"AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"admin:admin,{USER}:{ROLE}"},
+    ) as standalone:
+        yield standalone
 
 
-@pytest.fixture(autouse=True)
-def _airflow_log_on_failure(
-    site: Site, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
-) -> Iterator[None]:
-    """Show the end of Airflow's log, and where the screenshots are, when a test failed."""
-    yield from log_tail_on_failure(site.airflow, request, capsys, f"\nscreenshots: {site.out}")
+@pytest.fixture(scope="module")
+def site(standalone: Standalone) -> Site:
+    return Site(
+        standalone.airflow, standalone.db, standalone.kit, PASSWORD, output_dir("ui_browser")
+    )
+
+
+def more_on_failure(standalone: Standalone, request: pytest.FixtureRequest) -> str:
+    """After a failed test (tests/airflow/e2e/conftest.py): where the screenshots are."""
+    return f"\nscreenshots: {request.getfixturevalue('site').out}"
 
 
 ROW = f"[data-migration='{NAME}']"

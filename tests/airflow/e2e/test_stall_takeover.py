@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import signal
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -34,13 +33,12 @@ from migronaut_airflow.dags.factory import DRIFT_EVENTS_DAG_ID, STALLS_DAG_ID
 from migronaut_airflow.operators.background import dag_id_for
 from migronaut_core import Migronaut
 from migronaut_core.config import BackgroundCollections
-from migronaut_dev.airflow_standalone import AirflowStandalone, install_dag_file, parse_time
-from migronaut_dev.endpoints import airflow_connection
+from migronaut_dev.airflow_standalone import AirflowStandalone, parse_time
 from tests.support import kit_json
-from tests.support.airflow import log_tail_on_failure, stall_watch_connected
+from tests.support.airflow import stall_watch_connected
 from tests.support.app_writer import AppWriter
-from tests.support.background import make_kit
 from tests.support.chaos import NAME, assert_nothing_lost, drive_remaining, seed, write_migration
+from tests.support.standalone import Ground, Standalone, running_standalone
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -76,47 +74,49 @@ class Setup:
     mongo_uri: str
 
 
+def _seed(ground: Ground) -> None:
+    seed(ground.db, DOCUMENTS)
+    # One lane, one slice that outlasts the migration: the lane holds its lease
+    # (renewed every few seconds) from its first document until it is frozen.
+    write_migration(
+        ground.migrations,
+        batch_size=100,
+        max_parallel=1,
+        doc_seconds=DOC_SECONDS,
+        extra='"slice_ms": 600_000,',
+    )
+
+
 @pytest.fixture(scope="module")
-def setup(
+def standalone(
     tmp_path_factory: pytest.TempPathFactory,
     mongo_uri: str,
     mongo_client: MongoClient[dict[str, Any]],
-) -> Iterator[Setup]:
+) -> Iterator[Standalone]:
     """A registered slow migration over :data:`DOCUMENTS` users, and Airflow with the watch."""
-    db = mongo_client[f"t_{uuid.uuid4().hex[:12]}"]
-    root = tmp_path_factory.mktemp("stall_takeover")
-    migrations = root / "migrations"
-    try:
-        seed(db, DOCUMENTS)
-        # One lane, one slice that outlasts the migration: the lane holds its lease
-        # (renewed every few seconds) from its first document until it is frozen.
-        write_migration(
-            migrations,
-            batch_size=100,
-            max_parallel=1,
-            doc_seconds=DOC_SECONDS,
-            extra='"slice_ms": 600_000,',
-        )
-        install_dag_file(root / "dags", DAG_OPTIONS)
-        env = {
-            "MIGRONAUT_MIGRATIONS_DIR": str(migrations),
-            "AIRFLOW_CONN_MIGRONAUT_DEFAULT": airflow_connection(mongo_uri, db.name),
-        }
-        with make_kit(mongo_uri, db, migrations, lock_ttl_seconds=TTL_SECONDS) as kit:
-            kit.runs.up()
-            with AirflowStandalone(
-                root / "airflow", root / "dags", env, start_timeout=300
-            ) as airflow:
-                yield Setup(airflow, mongo_client, db, kit, migrations, mongo_uri)
-    finally:
-        mongo_client.drop_database(db.name)
+    with running_standalone(
+        tmp_path_factory,
+        "stall_takeover",
+        mongo_uri,
+        mongo_client,
+        DAG_OPTIONS,
+        seed=_seed,
+        kit={"lock_ttl_seconds": TTL_SECONDS},
+        start_timeout=300,
+    ) as standalone:
+        yield standalone
 
 
-@pytest.fixture(autouse=True)
-def _airflow_log_on_failure(
-    setup: Setup, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
-) -> Iterator[None]:
-    yield from log_tail_on_failure(setup.airflow, request, capsys)
+@pytest.fixture(scope="module")
+def setup(standalone: Standalone, mongo_client: MongoClient[dict[str, Any]]) -> Setup:
+    return Setup(
+        standalone.airflow,
+        mongo_client,
+        standalone.db,
+        standalone.kit,
+        standalone.migrations,
+        standalone.mongo_uri,
+    )
 
 
 def _talks_to_mongodb(process: psutil.Process) -> bool:
