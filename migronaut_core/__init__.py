@@ -64,6 +64,7 @@ from migronaut_core.catalog import (
     read_catalog,
 )
 from migronaut_core.changelog import MAX_REASON_LENGTH, Actor
+from migronaut_core.checks import check_int
 from migronaut_core.config import (
     DEFAULT_BACKGROUND_COLLECTION,
     BackgroundCollections,
@@ -189,6 +190,7 @@ __all__ = [
     "WatchResume",
     "WatchStatus",
     "check_control",
+    "check_int",
     "config_from_text",
     "default_cache_dir",
     "drift_event_settings",

@@ -29,7 +29,7 @@ from migronaut_airflow.operators.drift import VerifyDriftEventsOperator
 from migronaut_airflow.operators.runs import OPERATIONS, AdminOperationOperator
 from migronaut_airflow.sensors.lanes import BackgroundLanesSensor
 from migronaut_airflow.targets import DEFAULT_TARGET, TargetSettings
-from migronaut_core import CONTROL_ACTIONS, MigrationCatalog
+from migronaut_core import CONTROL_ACTIONS, MigrationCatalog, check_int
 
 TAGS = ["migronaut"]
 #: Airflow's pool of a task that names none.
@@ -37,6 +37,10 @@ DEFAULT_POOL = "default_pool"
 #: Lanes run before the sensor that waits for them (``dag.test()`` runs one task at a time).
 LANE_PRIORITY = 100
 SENSOR_PRIORITY = 1
+#: Failed tries in a row before a lane task gives up (the seeds' ``maxLaneRetries``), and
+#: the most a caller may ask for.
+LANE_RETRIES = 8
+MAX_LANE_RETRIES = 100
 
 
 class Retries(TypedDict):
@@ -100,6 +104,15 @@ def trigger_dags(
     ).expand(trigger_dag_id=upstream.output)
 
 
+def check_background_options(options: Mapping[str, Any]) -> None:
+    """Refuse a :func:`background_dag` keyword out of its range, before any DAG is built.
+
+    :raises ConfigInvalidError: naming the argument (``lane_retries``: 0 to 100).
+    """
+    if "lane_retries" in options:
+        check_int("lane_retries", options["lane_retries"], 0, MAX_LANE_RETRIES)
+
+
 def migration_pools(
     settings: TargetSettings, options: DagOptions, lane_pool: str | None = None
 ) -> dict[str, str]:
@@ -124,7 +137,7 @@ def background_dag(
     *,
     slice_ms: int | None = None,
     lane_max_slices: int | None = None,
-    lane_retries: int = 3,
+    lane_retries: int = LANE_RETRIES,
     lane_retry_delay: timedelta = timedelta(seconds=10),
     lane_deploy_wait: timedelta = timedelta(minutes=15),
     lane_pool: str | None = None,
@@ -142,6 +155,8 @@ def background_dag(
     heal. A lane waits up to ``lane_deploy_wait`` for a deploy to bring its
     worker the registered file.
 
+    :param lane_retries: how many times a failed lane task is retried, with exponential
+        backoff from ``lane_retry_delay`` (0 to 100; the seeds' ``maxLaneRetries``, 8).
     :param collection_asset: the migrated collection's asset, the lanes' outlet.
     :param lane_pool: the Airflow pool of the lane tasks (default: the target's
         ``lane_pool``, then ``task_args["lane"]["pool"]``, else Airflow's default
@@ -149,6 +164,7 @@ def background_dag(
         coordinator and the sensor stay out of it, so a full pool never holds up a
         round's bookkeeping.
     """
+    check_background_options({"lane_retries": lane_retries})
     options = options or DagOptions()
     connection = settings.operator_args()
     lane_args = options.for_tasks("lane")
