@@ -34,7 +34,7 @@ from migronaut_core.background.drift.events import (
 )
 from migronaut_core.background.dry_run import DryRunReport, StepDryRunReport
 from migronaut_core.background.indexes import ConvergeReport, PruneReport
-from migronaut_core.background.lanes.lane import SliceOutcome, SliceResult
+from migronaut_core.background.lanes.lane import LaneBinding, SliceOutcome, SliceResult
 from migronaut_core.background.lanes.waiting import REASONS as LANE_WAIT_REASONS
 from migronaut_core.background.lanes.waiting import LanesWatch
 from migronaut_core.background.stalls import (
@@ -153,6 +153,7 @@ __all__ = [
     "HistoryEntry",
     "IndexMissingError",
     "IrreversibleMigrationError",
+    "LaneBinding",
     "LanePacing",
     "LanesWatch",
     "LockAlreadyHeldError",

@@ -186,6 +186,10 @@ def background_dag(
         lanes = BackgroundLaneOperator.partial(
             task_id="lane",
             migration=migration,
+            # Bound to the step that mapped them: a superseded round's lanes claim nothing.
+            registration=XComArg(coordinate, key="registration"),
+            generation=XComArg(coordinate, key="generation"),
+            round=XComArg(coordinate, key="round"),
             slice_ms=slice_ms,
             max_slices=lane_max_slices,
             priority_weight=LANE_PRIORITY,
