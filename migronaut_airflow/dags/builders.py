@@ -23,6 +23,7 @@ from migronaut_airflow.operators.background import (
     CoordinateBackgroundOperator,
     HealBackgroundOperator,
     MigrationsUpOperator,
+    ResumeUpOperator,
     VerifyDriftOperator,
 )
 from migronaut_airflow.operators.drift import VerifyDriftEventsOperator
@@ -150,10 +151,11 @@ def background_dag(
 
     ``coordinate`` → mapped ``lane`` tasks (one per claimable slot) and the
     deferrable ``wait_for_lanes`` sensor → ``continue`` (a new run when a new pass
-    or more work is needed). One active run at a time, plus a takeover started
-    beside a stalled one (a newer round) by the stall DAG or the drift DAG's
-    heal. A lane waits up to ``lane_deploy_wait`` for a deploy to bring its
-    worker the registered file.
+    or more work is needed) → ``resume_up`` (``migronaut_up`` again once the
+    migration completed and a regular migration waited for it). One active run at
+    a time, plus a takeover started beside a stalled one (a newer round) by the
+    stall DAG or the drift DAG's heal. A lane waits up to ``lane_deploy_wait`` for
+    a deploy to bring its worker the registered file.
 
     :param lane_retries: how many times a failed lane task is retried, with exponential
         backoff from ``lane_retry_delay`` (0 to 100; the seeds' ``maxLaneRetries``, 8).
@@ -227,8 +229,16 @@ def background_dag(
             **options.for_tasks("coordinator"),
             **connection,
         )
+        # Last, whatever came before (a migration can complete in coordinate's own step).
+        resume_up = ResumeUpOperator(
+            task_id="resume_up",
+            migration=migration,
+            trigger_rule="all_done",
+            **options.for_tasks("admin"),
+            **connection,
+        )
         coordinate >> [lanes, wait]
-        [lanes, wait] >> carry_on
+        [lanes, wait] >> carry_on >> resume_up
     return dag
 
 

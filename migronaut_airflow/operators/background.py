@@ -22,7 +22,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from migronaut_airflow.authorization import AUTH_MANAGER, authorize_run, check_policy
 from migronaut_airflow.hooks.migronaut import MigronautHook, mongo_conn_id_from
 from migronaut_airflow.operators.takeover import Decision, decide, new_holds
-from migronaut_airflow.targets import DEFAULT_TARGET, check_target_name, dag_id_for
+from migronaut_airflow.targets import DEFAULT_TARGET, check_target_name, dag_id_for, dag_prefix
 from migronaut_airflow.triggers.delay import DelayTrigger
 from migronaut_core import (
     STALL_SECONDS,
@@ -413,6 +413,58 @@ class ContinueBackgroundOperator(MigronautOperator, TriggerDagRunOperator):
             return answer.to_dict()
         self.log.info("%s: %s; starting the next round", self.migration, answer.next)
         return super().execute(context)
+
+
+class ResumeUpOperator(MigronautOperator, TriggerDagRunOperator):
+    """Start the target's ``migronaut_up`` again once the migrations it stopped for completed.
+
+    ``migronaut_up`` stops before a regular migration that ``requires`` background
+    migrations that have not completed (``on_background_pending="stop"``). This
+    task, the last of a background migration's DAG run, starts ``migronaut_up``
+    (``migronaut_<target>__up``) when the migration is ``completed`` and the core's
+    plan of ``up`` has a pending regular migration that requires it and now waits
+    for nothing: the run goes on where it stopped. Otherwise it starts nothing and
+    returns why. Takes :class:`MigronautOperator`'s connection arguments.
+    """
+
+    template_fields: Sequence[str] = (*TriggerDagRunOperator.template_fields, "migration")
+
+    def __init__(self, *, migration: str, **kwargs: Any) -> None:
+        target = kwargs.get("target", DEFAULT_TARGET)
+        kwargs.setdefault("trigger_dag_id", f"{dag_prefix(target)}up")
+        kwargs.setdefault("conf", {"reason": f"{migration} completed"})
+        super().__init__(**kwargs)
+        self.migration = migration
+
+    def execute(self, context: Context) -> Any:
+        try:
+            ready = self._ready_behind()
+        except MigronautError as exc:
+            raise fail_fast(exc) from exc
+        finally:
+            self.hook.close()
+        if not ready:
+            return {"resumed": False, "migration": self.migration}
+        self.log.info(
+            "%s completed; %s waited for it and can run now: starting %s",
+            self.migration,
+            ", ".join(ready),
+            self.trigger_dag_id,
+        )
+        return super().execute(context)
+
+    def _ready_behind(self) -> list[str]:
+        """The pending regular migrations that require this completed one and wait for nothing."""
+        view = self.kit.background.status(self.migration)
+        if view is None or view.status != "completed":
+            return []
+        return [
+            planned.name
+            for planned in self.kit.runs.plan_up().migrations
+            if planned.kind == "regular"
+            and self.migration in planned.requires
+            and not planned.waits_for
+        ]
 
 
 class BackgroundControlOperator(MigronautOperator):
