@@ -34,7 +34,7 @@ from migronaut_core.background.drift.events import (
 )
 from migronaut_core.background.dry_run import DryRunReport, StepDryRunReport
 from migronaut_core.background.indexes import ConvergeReport, PruneReport
-from migronaut_core.background.lanes.lane import SliceOutcome, SliceResult
+from migronaut_core.background.lanes.lane import LaneBinding, SliceOutcome, SliceResult
 from migronaut_core.background.lanes.waiting import REASONS as LANE_WAIT_REASONS
 from migronaut_core.background.lanes.waiting import LanesWatch
 from migronaut_core.background.stalls import (
@@ -66,6 +66,7 @@ from migronaut_core.catalog import (
     read_catalog,
 )
 from migronaut_core.changelog import MAX_REASON_LENGTH, Actor
+from migronaut_core.checks import check_int
 from migronaut_core.config import (
     DEFAULT_BACKGROUND_COLLECTION,
     BackgroundCollections,
@@ -156,6 +157,7 @@ __all__ = [
     "HoldView",
     "IndexMissingError",
     "IrreversibleMigrationError",
+    "LaneBinding",
     "LanePacing",
     "LanesWatch",
     "LockAlreadyHeldError",
@@ -193,6 +195,7 @@ __all__ = [
     "WatchResume",
     "WatchStatus",
     "check_control",
+    "check_int",
     "config_from_text",
     "default_cache_dir",
     "drift_event_settings",

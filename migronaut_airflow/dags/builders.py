@@ -23,13 +23,14 @@ from migronaut_airflow.operators.background import (
     CoordinateBackgroundOperator,
     HealBackgroundOperator,
     MigrationsUpOperator,
+    ResumeUpOperator,
     VerifyDriftOperator,
 )
 from migronaut_airflow.operators.drift import VerifyDriftEventsOperator
 from migronaut_airflow.operators.runs import OPERATIONS, AdminOperationOperator
 from migronaut_airflow.sensors.lanes import BackgroundLanesSensor
 from migronaut_airflow.targets import DEFAULT_TARGET, TargetSettings
-from migronaut_core import CONTROL_ACTIONS, MigrationCatalog
+from migronaut_core import CONTROL_ACTIONS, MigrationCatalog, check_int
 
 TAGS = ["migronaut"]
 #: Airflow's pool of a task that names none.
@@ -37,6 +38,10 @@ DEFAULT_POOL = "default_pool"
 #: Lanes run before the sensor that waits for them (``dag.test()`` runs one task at a time).
 LANE_PRIORITY = 100
 SENSOR_PRIORITY = 1
+#: Failed tries in a row before a lane task gives up (the seeds' ``maxLaneRetries``), and
+#: the most a caller may ask for.
+LANE_RETRIES = 8
+MAX_LANE_RETRIES = 100
 
 
 class Retries(TypedDict):
@@ -100,6 +105,15 @@ def trigger_dags(
     ).expand(trigger_dag_id=upstream.output)
 
 
+def check_background_options(options: Mapping[str, Any]) -> None:
+    """Refuse a :func:`background_dag` keyword out of its range, before any DAG is built.
+
+    :raises ConfigInvalidError: naming the argument (``lane_retries``: 0 to 100).
+    """
+    if "lane_retries" in options:
+        check_int("lane_retries", options["lane_retries"], 0, MAX_LANE_RETRIES)
+
+
 def migration_pools(
     settings: TargetSettings, options: DagOptions, lane_pool: str | None = None
 ) -> dict[str, str]:
@@ -124,7 +138,7 @@ def background_dag(
     *,
     slice_ms: int | None = None,
     lane_max_slices: int | None = None,
-    lane_retries: int = 3,
+    lane_retries: int = LANE_RETRIES,
     lane_retry_delay: timedelta = timedelta(seconds=10),
     lane_deploy_wait: timedelta = timedelta(minutes=15),
     lane_pool: str | None = None,
@@ -137,11 +151,14 @@ def background_dag(
 
     ``coordinate`` → mapped ``lane`` tasks (one per claimable slot) and the
     deferrable ``wait_for_lanes`` sensor → ``continue`` (a new run when a new pass
-    or more work is needed). One active run at a time, plus a takeover started
-    beside a stalled one (a newer round) by the stall DAG or the drift DAG's
-    heal. A lane waits up to ``lane_deploy_wait`` for a deploy to bring its
-    worker the registered file.
+    or more work is needed) → ``resume_up`` (``migronaut_up`` again once the
+    migration completed and a regular migration waited for it). One active run at
+    a time, plus a takeover started beside a stalled one (a newer round) by the
+    stall DAG or the drift DAG's heal. A lane waits up to ``lane_deploy_wait`` for
+    a deploy to bring its worker the registered file.
 
+    :param lane_retries: how many times a failed lane task is retried, with exponential
+        backoff from ``lane_retry_delay`` (0 to 100; the seeds' ``maxLaneRetries``, 8).
     :param collection_asset: the migrated collection's asset, the lanes' outlet.
     :param lane_pool: the Airflow pool of the lane tasks (default: the target's
         ``lane_pool``, then ``task_args["lane"]["pool"]``, else Airflow's default
@@ -149,6 +166,7 @@ def background_dag(
         coordinator and the sensor stay out of it, so a full pool never holds up a
         round's bookkeeping.
     """
+    check_background_options({"lane_retries": lane_retries})
     options = options or DagOptions()
     connection = settings.operator_args()
     lane_args = options.for_tasks("lane")
@@ -170,6 +188,10 @@ def background_dag(
         lanes = BackgroundLaneOperator.partial(
             task_id="lane",
             migration=migration,
+            # Bound to the step that mapped them: a superseded round's lanes claim nothing.
+            registration=XComArg(coordinate, key="registration"),
+            generation=XComArg(coordinate, key="generation"),
+            round=XComArg(coordinate, key="round"),
             slice_ms=slice_ms,
             max_slices=lane_max_slices,
             priority_weight=LANE_PRIORITY,
@@ -207,8 +229,16 @@ def background_dag(
             **options.for_tasks("coordinator"),
             **connection,
         )
+        # Last, whatever came before (a migration can complete in coordinate's own step).
+        resume_up = ResumeUpOperator(
+            task_id="resume_up",
+            migration=migration,
+            trigger_rule="all_done",
+            **options.for_tasks("admin"),
+            **connection,
+        )
         coordinate >> [lanes, wait]
-        [lanes, wait] >> carry_on
+        [lanes, wait] >> carry_on >> resume_up
     return dag
 
 

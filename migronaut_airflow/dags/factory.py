@@ -29,6 +29,7 @@ from migronaut_airflow.dags.assets import (
 from migronaut_airflow.dags.builders import (
     admin_dag,
     background_dag,
+    check_background_options,
     control_dag,
     drift_dag,
     drift_events_dag,
@@ -104,8 +105,8 @@ def build_dags(
         The ready DAG file passes its own folder, as a DAG bundle needs.
     :param conn_id: deprecated name of ``mongo_conn_id``.
     :param background_options: :func:`~.builders.background_dag`'s keywords.
-    :raises ConfigInvalidError: a setting is invalid or the migrations folder is
-        missing, naming the key or the path.
+    :raises ConfigInvalidError: a setting or argument is invalid (``lane_retries`` out
+        of 0 to 100, …) or the migrations folder is missing, naming the key or the path.
     """
     arguments: dict[str, Any] = {
         "migrations_dir": os.fspath(migrations_dir) if migrations_dir is not None else None,
@@ -156,7 +157,11 @@ def dags_for(
     stall_watch: bool,
     **background_options: Any,
 ) -> dict[str, DAG]:
-    """The DAGs of resolved settings (what :func:`build_dags` does after resolving)."""
+    """The DAGs of resolved settings (what :func:`build_dags` does after resolving).
+
+    :raises ConfigInvalidError: a background option is out of range (before any DAG is built).
+    """
+    check_background_options(background_options)
     catalog = read_catalog(Path(settings.migrations_dir), cache_dir=settings.cache_dir)
     _report_rejected(settings, catalog)
     endpoint = (

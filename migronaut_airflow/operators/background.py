@@ -22,13 +22,14 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from migronaut_airflow.authorization import AUTH_MANAGER, authorize_run, check_policy
 from migronaut_airflow.hooks.migronaut import MigronautHook, mongo_conn_id_from
 from migronaut_airflow.operators.takeover import Decision, decide, new_holds
-from migronaut_airflow.targets import DEFAULT_TARGET, check_target_name, dag_id_for
+from migronaut_airflow.targets import DEFAULT_TARGET, check_target_name, dag_id_for, dag_prefix
 from migronaut_airflow.triggers.delay import DelayTrigger
 from migronaut_core import (
     STALL_SECONDS,
     Answer,
     CancelToken,
     Driver,
+    LaneBinding,
     Migronaut,
     MigronautError,
     RunResult,
@@ -136,8 +137,9 @@ class CoordinateBackgroundOperator(MigronautOperator):
     """Run one coordinator step for a migration, as one round of this DAG run.
 
     ``process``: returns the slots (one per lane to start: the mapped lanes expand
-    over it) and pushes ``answer``, ``generation``, ``plan``, ``round`` and
-    ``collection_prefix`` (the configured ``background_collection``) as XComs.
+    over it) and pushes ``answer``, ``registration``, ``generation``, ``plan``,
+    ``round`` and ``collection_prefix`` (the configured ``background_collection``)
+    as XComs; the lanes are bound to the first three and the round.
     ``wait``/``busy``: defers, then steps again.
     ``done``/``superseded``: skips what follows (a failed migration fails the task).
     """
@@ -174,6 +176,7 @@ class CoordinateBackgroundOperator(MigronautOperator):
             )
         ti = context["ti"]
         ti.xcom_push(key="answer", value=answer.to_dict())
+        ti.xcom_push(key="registration", value=answer.registration)
         ti.xcom_push(key="generation", value=answer.generation)
         ti.xcom_push(key="plan", value=answer.plan)
         ti.xcom_push(key="round", value=answer.round)
@@ -185,6 +188,16 @@ class CoordinateBackgroundOperator(MigronautOperator):
             answer.generation,
         )
         return list(range(answer.lanes))
+
+
+def _bound(value: Any) -> str | None:
+    """A rendered binding field: None, or empty (no XCom), compares nothing."""
+    return None if value is None or value in ("", "None") else str(value)
+
+
+def _bound_number(value: Any) -> int | None:
+    text = _bound(value)
+    return None if text is None else int(text)
 
 
 def end_round(migration: str, answer: Answer) -> str:
@@ -215,20 +228,35 @@ class BackgroundLaneOperator(MigronautOperator):
     ``max_deploy_wait_seconds`` of that the task fails, naming the migration and
     both checksums.
 
+    A lane is bound to the ``registration``, ``generation`` and ``round`` of the
+    coordinator step that mapped it (templated: the generated DAG passes the
+    ``coordinate`` task's XComs). When the migration's no longer match (it was
+    registered again, a new pass began, a newer run took it over), the lane ends
+    successfully without claiming, its result's ``outcome`` ``superseded`` and
+    ``reason`` what changed. Left None, nothing is compared.
+
+    :param registration: the registration the lane works for.
+    :param generation: the generation (pass) the lane works for.
+    :param round: the coordinator round (the DAG run) the lane belongs to.
     :param max_slices: end the task (successfully) after this many slices even with
         work left; the next round's lanes take it. None: until nothing is left.
     :param max_deploy_wait_seconds: how long a lane waits for a deploy to reach its
         worker before it fails.
     """
 
-    template_fields: Sequence[str] = ("migration",)
-    FINISHED = frozenset({"exhausted", "paused", "cancelled", "stale", "lost", "stopped"})
+    template_fields: Sequence[str] = ("migration", "registration", "generation", "round")
+    FINISHED = frozenset(
+        {"exhausted", "paused", "cancelled", "stale", "superseded", "lost", "stopped"}
+    )
 
     def __init__(
         self,
         *,
         migration: str,
         slot: int = 0,
+        registration: str | None = None,
+        generation: int | str | None = None,
+        round: int | str | None = None,
         slice_ms: int | None = None,
         pause_between_slices: float = 0.1,
         max_slices: int | None = None,
@@ -238,6 +266,9 @@ class BackgroundLaneOperator(MigronautOperator):
         super().__init__(**kwargs)
         self.migration = migration
         self.slot = slot
+        self.registration = registration
+        self.generation = generation
+        self.round = round
         self.slice_ms = slice_ms
         self.pause_between_slices = pause_between_slices
         self.max_slices = max_slices
@@ -256,17 +287,45 @@ class BackgroundLaneOperator(MigronautOperator):
             float(since) if since is not None else None,
         )
 
+    @property
+    def binding(self) -> LaneBinding:
+        """What this lane was mapped for: its rendered registration, generation and round."""
+        return LaneBinding(
+            registration=_bound(self.registration),
+            generation=_bound_number(self.generation),
+            round=_bound_number(self.round),
+        )
+
     def _run(
         self, counters: dict[str, int], slices: int, deferred_since: float | None
     ) -> dict[str, Any]:
         slices += 1
         self._cancel = CancelToken()
+        binding = self.binding
         try:
             result = self.kit.background.run_slice(
-                self.migration, slice_ms=self.slice_ms, cancel=self._cancel
+                self.migration, slice_ms=self.slice_ms, cancel=self._cancel, binding=binding
             )
         except MigronautError as exc:
             raise fail_fast(exc) from exc
+        if result.outcome == "superseded":
+            self.log.warning(
+                "%s lane %d: superseded (its %s changed since the lane was mapped for "
+                "registration %s, generation %s, round %s); ending without claiming",
+                self.migration,
+                self.slot,
+                result.reason,
+                binding.registration,
+                binding.generation,
+                binding.round,
+            )
+            return {
+                "outcome": result.outcome,
+                "reason": result.reason,
+                "counters": counters,
+                "slot": self.slot,
+                "slices": slices,
+            }
         for key, value in result.counters.items():
             counters[key] = counters.get(key, 0) + value
         self.log.info(
@@ -357,6 +416,58 @@ class ContinueBackgroundOperator(MigronautOperator, TriggerDagRunOperator):
             return answer.to_dict()
         self.log.info("%s: %s; starting the next round", self.migration, answer.next)
         return super().execute(context)
+
+
+class ResumeUpOperator(MigronautOperator, TriggerDagRunOperator):
+    """Start the target's ``migronaut_up`` again once the migrations it stopped for completed.
+
+    ``migronaut_up`` stops before a regular migration that ``requires`` background
+    migrations that have not completed (``on_background_pending="stop"``). This
+    task, the last of a background migration's DAG run, starts ``migronaut_up``
+    (``migronaut_<target>__up``) when the migration is ``completed`` and the core's
+    plan of ``up`` has a pending regular migration that requires it and now waits
+    for nothing: the run goes on where it stopped. Otherwise it starts nothing and
+    returns why. Takes :class:`MigronautOperator`'s connection arguments.
+    """
+
+    template_fields: Sequence[str] = (*TriggerDagRunOperator.template_fields, "migration")
+
+    def __init__(self, *, migration: str, **kwargs: Any) -> None:
+        target = kwargs.get("target", DEFAULT_TARGET)
+        kwargs.setdefault("trigger_dag_id", f"{dag_prefix(target)}up")
+        kwargs.setdefault("conf", {"reason": f"{migration} completed"})
+        super().__init__(**kwargs)
+        self.migration = migration
+
+    def execute(self, context: Context) -> Any:
+        try:
+            ready = self._ready_behind()
+        except MigronautError as exc:
+            raise fail_fast(exc) from exc
+        finally:
+            self.hook.close()
+        if not ready:
+            return {"resumed": False, "migration": self.migration}
+        self.log.info(
+            "%s completed; %s waited for it and can run now: starting %s",
+            self.migration,
+            ", ".join(ready),
+            self.trigger_dag_id,
+        )
+        return super().execute(context)
+
+    def _ready_behind(self) -> list[str]:
+        """The pending regular migrations that require this completed one and wait for nothing."""
+        view = self.kit.background.status(self.migration)
+        if view is None or view.status != "completed":
+            return []
+        return [
+            planned.name
+            for planned in self.kit.runs.plan_up().migrations
+            if planned.kind == "regular"
+            and self.migration in planned.requires
+            and not planned.waits_for
+        ]
 
 
 class BackgroundControlOperator(MigronautOperator):

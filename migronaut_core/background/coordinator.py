@@ -109,6 +109,9 @@ class Answer:
     generation: int | None = field(default=None, metadata=json_field(omit="none"))
     #: The current plan's token (a process answer): what the lanes of this round work.
     plan: str | None = field(default=None, metadata=json_field(omit="none"))
+    #: The registration the lanes of a process answer work for (bind them to it, with
+    #: ``generation`` and ``round``: a :class:`~migronaut_core.LaneBinding`).
+    registration: str | None = field(default=None, metadata=json_field(omit="none"))
     counts: dict[str, int] | None = field(default=None, metadata=json_field(omit="none"))
     round: int | None = field(default=None, metadata=json_field(omit="none"))
     waits_for: list[str] = field(default_factory=list, metadata=json_field(omit="empty"))
@@ -337,6 +340,7 @@ def _coordinate_pass(rt: Runtime, name: str, initial: StateDocument, cancel: Can
                 lanes=lanes,
                 generation=state["generation"],
                 plan=state["plan"]["token"],
+                registration=state.get("registration"),
                 counts=counts.to_dict(),
                 retry_after_ms=POLL_MS,
             )

@@ -32,7 +32,7 @@ from migronaut_core.background.dry_run import DryRunReport, StepDryRunReport
 from migronaut_core.background.dry_run import dry_run as preview
 from migronaut_core.background.events import Listener
 from migronaut_core.background.lanes.driver import drive
-from migronaut_core.background.lanes.lane import SliceResult, run_slice
+from migronaut_core.background.lanes.lane import LaneBinding, SliceResult, run_slice
 from migronaut_core.background.registration import runnable
 from migronaut_core.background.spec import check_slice_ms
 from migronaut_core.background.states import transition
@@ -77,14 +77,26 @@ class Background:
         return coordinate(self._kit._runtime, name, driver=driver, cancel=cancel)
 
     def run_slice(
-        self, name: str, *, slice_ms: int | None = None, cancel: CancelToken | None = None
+        self,
+        name: str,
+        *,
+        slice_ms: int | None = None,
+        cancel: CancelToken | None = None,
+        binding: LaneBinding | None = None,
     ) -> SliceResult:
-        """One slice of one lane: claim a partition, work it until ``slice_ms``, release."""
+        """One slice of one lane: claim a partition, work it until ``slice_ms``, release.
+
+        :param binding: the registration, generation and round of the coordinator step
+            that started this lane (its ``process`` answer's); when the migration's no
+            longer match, the slice answers ``superseded`` and claims nothing.
+        """
         files.validate_name(name)
         if slice_ms is not None:
             check_slice_ms(slice_ms)
         self._kit._ready()
-        return run_slice(self._kit._runtime, name, slice_ms=slice_ms, cancel=cancel)
+        return run_slice(
+            self._kit._runtime, name, slice_ms=slice_ms, cancel=cancel, binding=binding
+        )
 
     def run(
         self,

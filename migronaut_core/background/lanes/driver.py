@@ -38,7 +38,17 @@ log = logging.getLogger("migronaut_core.background")
 #: Outcomes after which a lane thread stops and hands back to the coordinator (which
 #: waits out a deploy itself: a ``deferred`` lane has nothing to do until it is over).
 LANE_DONE = frozenset(
-    {"exhausted", "paused", "cancelled", "failed", "stale", "stopped", "lost", "deferred"}
+    {
+        "exhausted",
+        "paused",
+        "cancelled",
+        "failed",
+        "stale",
+        "superseded",
+        "stopped",
+        "lost",
+        "deferred",
+    }
 )
 #: A driver looks again this soon when other drivers' lanes hold every open partition.
 IDLE_POLL_SECONDS = 0.5

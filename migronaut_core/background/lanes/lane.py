@@ -11,6 +11,9 @@ A slice answers with an outcome:
   ``retry_after_ms``, and give up with :meth:`SliceResult.deferred_too_long` past a bound;
 - ``stale`` — no current plan (the coordinator must run first), or a newer release
   wrote the state (a process of that release drives it);
+- ``superseded`` — the lane was started for another registration, generation or
+  round than the migration's current one (a :class:`LaneBinding`: re-registered,
+  a new pass, a newer round took over); it claims nothing;
 - ``paused`` / ``cancelled`` / ``failed`` — the migration's status says stop;
 - ``stopped`` — the caller's cancel token fired;
 - ``lost`` — the lease was reaped or unlocked under us; nothing more was written;
@@ -105,6 +108,7 @@ SliceOutcome = Literal[
     "busy",
     "deferred",
     "stale",
+    "superseded",
     "paused",
     "cancelled",
     "failed",
@@ -125,7 +129,8 @@ class SliceResult:
     counters: dict[str, int] = field(default_factory=dict)
     retry_after_ms: int | None = field(default=None, metadata=json_field(omit="none"))
     error: str | None = field(default=None, metadata=json_field(omit="none"))
-    #: Why a slice was ``deferred``: ``checksum_mismatch`` or ``file_missing``.
+    #: Why a slice was ``deferred`` (``checksum_mismatch`` or ``file_missing``) or
+    #: ``superseded`` (what changed: ``registration``, ``generation`` or ``round``).
     reason: str | None = field(default=None, metadata=json_field(omit="none"))
     #: A ``checksum_mismatch``'s short checksums: ``registered`` and ``on_disk``.
     checksums: dict[str, str] | None = field(default=None, metadata=json_field(omit="none"))
@@ -159,6 +164,40 @@ class SliceResult:
             "deploy, or pin the new version (migronaut background repin)",
             {**context, "registered": registered, "on_disk": on_disk},
         )
+
+
+@dataclass(frozen=True, slots=True)
+class LaneBinding:
+    """What a lane was started for: a coordinator step's registration, generation and round.
+
+    A driver that starts lanes from a ``process`` answer (Airflow maps one task per
+    slot) binds each to the answer's ``registration``, ``generation`` and ``round``;
+    a slice of a lane whose binding no longer matches the migration's state (it was
+    registered again, a new pass began, a newer round took the migration over)
+    answers ``superseded`` and claims nothing: an older round bows out. A field left
+    None is not compared.
+    """
+
+    registration: str | None = None
+    generation: int | None = None
+    round: int | None = None
+
+    def mismatch(self, state: StateDocument) -> str | None:
+        """What of ``state`` differs from this binding (``registration``, ``generation`` or
+        ``round``), or None when the lane may go on."""
+        current: dict[str, Any] = {
+            "registration": state.get("registration"),
+            "generation": state.get("generation"),
+            "round": state.get("round"),
+        }
+        for key, expected in (
+            ("registration", self.registration),
+            ("generation", self.generation),
+            ("round", self.round),
+        ):
+            if expected is not None and current[key] != expected:
+                return key
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,21 +261,19 @@ def run_slice(
     slice_ms: int | None = None,
     owner: str | None = None,
     cancel: CancelToken | None = None,
+    binding: LaneBinding | None = None,
 ) -> SliceResult:
-    """Run one slice of one lane; see the module docstring for the outcomes."""
+    """Run one slice of one lane; see the module docstring for the outcomes.
+
+    :param binding: what the lane was started for; a slice of a lane whose binding
+        the state no longer matches answers ``superseded`` before any claim.
+    """
     token = cancel or CancelToken()
     owner = owner or uuid.uuid4().hex[:12]
     state = rt.store.states.get(name, projection={"history": 0, "doc_errors": 0})
-    if state is None:
-        return SliceResult("cancelled")
-    status = state["status"]
-    if status in ("paused", "cancelled", "failed"):
-        return SliceResult(cast(SliceOutcome, status))
-    if status != "running" or state.get("phase") != "process" or state.get("plan") is None:
-        return SliceResult("exhausted" if status == "completed" else "stale")
-    # A newer release's plan may hold scopes this one cannot read: the coordinator waits, so do we.
-    if newer_schema(state):
-        return SliceResult("stale")
+    refused = _not_claimable(name, state, binding)
+    if refused is not None or state is None:
+        return refused or SliceResult("cancelled")
     try:
         try:
             job = job_for(rt, name, state, token)
@@ -301,6 +338,34 @@ def run_slice(
             if result.outcome == "held" and result.held_by is not None:
                 return _hold(rt, state, result.held_by, _health_reading(rt, job), counters)
             return SliceResult(_as_slice_outcome(result.outcome), counters)
+
+
+def _not_claimable(
+    name: str, state: StateDocument | None, binding: LaneBinding | None
+) -> SliceResult | None:
+    """Why a slice may claim nothing on this state (its answer), or None when it may."""
+    if state is None:
+        return SliceResult("cancelled")
+    if binding is not None and (changed := binding.mismatch(state)) is not None:
+        log.info(
+            "%s: a lane of registration %s, generation %s, round %s bows out: the "
+            "migration's %s changed since it was started; claiming nothing",
+            name,
+            binding.registration,
+            binding.generation,
+            binding.round,
+            changed,
+        )
+        return SliceResult("superseded", reason=changed)
+    status = state["status"]
+    if status in ("paused", "cancelled", "failed"):
+        return SliceResult(cast(SliceOutcome, status))
+    if status != "running" or state.get("phase") != "process" or state.get("plan") is None:
+        return SliceResult("exhausted" if status == "completed" else "stale")
+    # A newer release's plan may hold scopes this one cannot read: the coordinator waits, so do we.
+    if newer_schema(state):
+        return SliceResult("stale")
+    return None
 
 
 def _health_reading(rt: Runtime, job: Job) -> HealthReading | None:
