@@ -31,6 +31,7 @@ _VOLATILE = {
     "at",
     "id",
     "run_id",
+    "registration",
     "plan",
     "owner",
     "host",
