@@ -1,4 +1,5 @@
-"""Throttle helpers: adaptive settings, a clock tests move by hand, a controller on it."""
+"""Throttle helpers: adaptive settings, a clock tests move by hand, a controller on it, a
+``warn_once`` that remembers what it said."""
 
 from __future__ import annotations
 
@@ -28,6 +29,19 @@ class Clock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+class Warnings:
+    """A ``warn_once`` that remembers what it said."""
+
+    def __init__(self) -> None:
+        self.said: list[str] = []
+        self._keys: set[str] = set()
+
+    def __call__(self, key: str, message: str, *args: Any) -> None:
+        if key not in self._keys:
+            self._keys.add(key)
+            self.said.append(key)
 
 
 def controller(initial: dict[str, Any] | None = None, **kwargs: Any) -> AdaptiveController:

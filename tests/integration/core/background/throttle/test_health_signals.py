@@ -24,6 +24,7 @@ from migronaut_core.background.warn_once import Warn
 from migronaut_core.cli.output import print_views
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 from tests.support.background import wait_until as wait_for
+from tests.support.throttle import Warnings
 
 Client = MongoClient[dict[str, Any]]
 
@@ -47,19 +48,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-class Warnings:
-    """A ``warn_once`` that remembers what it said."""
-
-    def __init__(self) -> None:
-        self.said: list[str] = []
-        self._keys: set[str] = set()
-
-    def __call__(self, key: str, message: str, *args: Any) -> None:
-        if key not in self._keys:
-            self._keys.add(key)
-            self.said.append(key)
 
 
 class Readings:

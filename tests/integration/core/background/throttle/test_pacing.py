@@ -29,6 +29,7 @@ from migronaut_core.background.throttle import (
     ThrottleContext,
     ThrottleRegistry,
 )
+from tests.support.throttle import Warnings
 
 Client = MongoClient[dict[str, Any]]
 
@@ -39,19 +40,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-class Warnings:
-    """A ``warn_once`` that remembers what it said."""
-
-    def __init__(self) -> None:
-        self.said: list[str] = []
-        self._keys: set[str] = set()
-
-    def __call__(self, key: str, message: str, *args: Any) -> None:
-        if key not in self._keys:
-            self._keys.add(key)
-            self.said.append(key)
 
 
 @pytest.fixture
