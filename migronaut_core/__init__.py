@@ -47,7 +47,10 @@ from migronaut_core.background.stalls import (
 )
 from migronaut_core.background.states import STATUSES as BACKGROUND_STATUSES
 from migronaut_core.background.states import Status as BackgroundStatus
-from migronaut_core.background.store.gate import read_migration_status_async
+from migronaut_core.background.store.gate import (
+    read_migration_status,
+    read_migration_status_async,
+)
 from migronaut_core.background.store.lanes import read_lanes, read_lanes_async
 from migronaut_core.background.telemetry import MetricsSink
 from migronaut_core.background.throttle.health import HealthBreach
@@ -215,6 +218,7 @@ __all__ = [
     "read_catalog",
     "read_lanes",
     "read_lanes_async",
+    "read_migration_status",
     "read_migration_status_async",
     "redact_uri",
     "stall_watch_settings",

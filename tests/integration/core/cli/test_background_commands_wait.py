@@ -54,7 +54,15 @@ def test_a_pending_migration_times_out_and_a_cancelled_one_ends_the_wait(
 ) -> None:
     _registered(tmp_path, mongo_uri, db)
     timed_out = migronaut(
-        tmp_path, "background", "wait", SPLIT_NAME, "--timeout", "0.5", "--interval", "0.1", "--json"
+        tmp_path,
+        "background",
+        "wait",
+        SPLIT_NAME,
+        "--timeout",
+        "0.5",
+        "--interval",
+        "0.1",
+        "--json",
     )
     assert timed_out.returncode == WAIT_TIMEOUT_EXIT, timed_out.stderr
     report = json.loads(timed_out.stdout)
