@@ -54,6 +54,7 @@ from migronaut_core.background.views import (
     HoldView,
     LanePacing,
     PartitionView,
+    ValidatorView,
 )
 from migronaut_core.baseline import BaselineResult
 from migronaut_core.bson_values import iso_time
@@ -93,6 +94,7 @@ from migronaut_core.errors import (
     MigrationInvalidNameError,
     MigronautError,
     NotAppliedError,
+    PrivilegeMissingError,
     RunAbortedError,
     TransactionsUnsupportedError,
 )
@@ -175,6 +177,7 @@ __all__ = [
     "NotAppliedError",
     "PartitionView",
     "PlannedMigration",
+    "PrivilegeMissingError",
     "PruneReport",
     "RejectedFile",
     "RunAbortedError",
@@ -190,6 +193,7 @@ __all__ = [
     "StatusRow",
     "StepDryRunReport",
     "TransactionsUnsupportedError",
+    "ValidatorView",
     "VerifyReport",
     "WatchLeader",
     "WatchResume",

@@ -22,6 +22,7 @@ from migronaut_core.background.loading import BackgroundFiles
 from migronaut_core.background.runtime import LoadedBackground, Runtime
 from migronaut_core.background.spec import BackgroundSpec, read_stored
 from migronaut_core.background.store import StateDocument
+from migronaut_core.background.validator import restore
 from migronaut_core.config import Config
 from migronaut_core.errors import (
     BackgroundPendingError,
@@ -167,9 +168,17 @@ class RunnerHooks:
 
         Goes by the spec registered at ``up`` (the file's functions, whatever its
         spec says now; collection definitions that do not load are passed over).
+        A validator its finalize set is removed first: the collection's validation
+        is restored exactly as it was before (:func:`~.validator.restore`), so the
+        revert's old-shape writes are accepted.
+
+        :raises PrivilegeMissingError: the restoring ``collMod`` was refused; nothing
+            was written.
         """
         loaded, spec, state = self._registered_spec(migration)
         store = self.runtime.store
+        if state is not None:
+            restore(self.runtime, state)
         if spec.reversible:
             if _registered_as(state, loaded.checksum, "revert"):
                 assert state is not None
