@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -160,3 +161,37 @@ def test_the_version_validator_leaves_documents_outside_the_filter_alone(
     db.users.insert_one(dict(OLD_SHAPE))  # outside the filter
     with pytest.raises(WriteError):
         db.users.insert_one({**OLD_SHAPE, "_id": 10_001, "tier": "gold"})
+
+
+def test_the_soak_lasts_its_seconds_after_its_clean_checks(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    seed_users(db, 30)
+    write_background(migrations, extra='"validator": "version", "validator_soak": {"seconds": 2},')
+    kit.runs.up()
+    assert step(kit, SPLIT_NAME).reason == "validator-soak"
+    answer = step(kit, SPLIT_NAME)  # clean, but the soak's time is not up
+    assert (answer.reason, answer.status) == ("validator-soak", "running")
+    assert 0 < answer.retry_after_ms <= 2_000
+    assert validation(db, "users")["validationAction"] == "warn"
+    until = _state(db)["validator"]["until"]
+    time.sleep(2.1)
+    assert step(kit, SPLIT_NAME).status == "completed"
+    assert _state(db)["validator"]["enforced_at"] >= until
+
+
+def test_a_soak_paused_and_resumed_goes_on_where_it_was(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    seed_users(db, 30)
+    write_background(migrations, extra=VERSION)
+    kit.runs.up()
+    assert step(kit, SPLIT_NAME).reason == "validator-soak"
+    assert step(kit, SPLIT_NAME).reason == "validator-soak"
+    kit.background.control(SPLIT_NAME, "pause")
+    assert (step(kit, SPLIT_NAME).next, _state(db)["validator"]["clean_passes"]) == ("done", 1)
+    kit.background.control(SPLIT_NAME, "resume")
+    assert _state(db)["status"] == "pending"
+    answer = step(kit, SPLIT_NAME)
+    assert (answer.next, answer.status) == ("done", "completed")  # the second clean check
+    assert validation(db, "users")["validationAction"] == "error"
