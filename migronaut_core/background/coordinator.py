@@ -6,7 +6,8 @@ it; a step that finds the lock held answers ``busy``. A step answers:
 
 - ``process`` — lanes have work (``lanes``: how many could start now);
 - ``wait`` — nothing to do yet (``retry_after_ms``): leases draining, a deploy in
-  progress (the file's checksum differs from the registered one), a lost plan race,
+  progress (the file's checksum differs from the registered one), a validator's soak
+  (``validator-soak``: :mod:`~migronaut_core.background.validator`), a lost plan race,
   or the step was stopped (``stopping``: its caller's cancel token fired, or its
   coordinator lock was lost mid-step — then it commits no plan and closes no pass);
 - ``done`` — completed, failed, cancelled, paused or blocked (``status``);

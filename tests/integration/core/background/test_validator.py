@@ -12,6 +12,7 @@ from pymongo.database import Database
 from pymongo.errors import WriteError
 
 from migronaut_core import Migronaut
+from migronaut_core.cli.output import print_views
 from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 from tests.support.validator import step, validation
@@ -68,7 +69,10 @@ def test_the_validator_warns_through_the_soak_then_refuses_the_old_shape(
 
 
 def test_an_old_shape_write_during_the_soak_is_counted_healed_and_the_soak_starts_over(
-    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+    kit: Migronaut,
+    db: Database[dict[str, Any]],
+    migrations: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     seed_users(db, 200)
     write_background(migrations, batch_size=100, extra=VERSION)
@@ -89,6 +93,10 @@ def test_an_old_shape_write_during_the_soak_is_counted_healed_and_the_soak_start
         2,
     )
     assert validation(db, "users")["validationAction"] == "warn"
+    capsys.readouterr()
+    print_views([view.to_dict()])
+    row = capsys.readouterr().out.splitlines()[1]
+    assert row.endswith("validator: warn, 0 clean check(s), 2 old-shape document(s) seen")
 
     answer = step(kit, SPLIT_NAME)  # the pass heals them; the soak starts over
     assert answer.reason == "validator-soak"
