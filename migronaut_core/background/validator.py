@@ -175,7 +175,10 @@ def soak(rt: Runtime, spec: BackgroundSpec, state: StateDocument) -> SoakStep:
         validator stays in ``warn`` and the state as it was.
     """
     name, collection = state["_id"], _collection(spec)
-    validator: ValidatorDocument = state.get("validator") or {"phase": "warn", "previous": b""}
+    validator: ValidatorDocument | None = state.get("validator")
+    if validator is None:
+        # Restored by a down whose revert is not registered yet (it replaces the state).
+        return SoakStep("soaking", state, SOAK_POLL_MS)
     found = _old_shape(rt, spec, state)
     now = utc_now()
     if found:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -203,3 +205,33 @@ def test_a_soak_paused_and_resumed_goes_on_where_it_was(
     answer = step(kit, SPLIT_NAME)
     assert (answer.next, answer.status) == ("done", "completed")  # the second clean check
     assert validation(db, "users")["validationAction"] == "error"
+
+
+def test_down_during_the_soak_waits_for_the_step_in_progress_and_no_step_sets_it_again(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    seed_users(db, 30)
+    write_background(migrations, extra=VERSION)
+    kit.runs.up()
+    assert step(kit, SPLIT_NAME).reason == "validator-soak"
+    held = kit._runtime.lock_for(SPLIT_NAME)  # a coordinator step in progress
+    held.acquire()
+    released: list[datetime] = []
+
+    def release() -> None:
+        released.append(datetime.now(UTC).replace(microsecond=0))
+        held.release()
+
+    releaser = threading.Timer(1.0, release)
+    releaser.start()
+    try:
+        kit.runs.down()
+    finally:
+        releaser.join()
+    assert validation(db, "users").get("validator") in (None, {})
+    state = _state(db)
+    assert (state["direction"], "validator" in state) == ("revert", False)
+    assert state["registered_at"].replace(tzinfo=UTC) >= released[0]  # after the step let go
+    assert kit_json.run(kit, SPLIT_NAME)["status"] == "completed"  # the revert
+    assert validation(db, "users").get("validator") in (None, {})
+    assert db.users.count_documents({"_v": 1, "name": {"$exists": True}}) == 30
