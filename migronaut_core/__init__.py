@@ -60,6 +60,7 @@ from migronaut_core.background.views import (
     HoldView,
     LanePacing,
     PartitionView,
+    ValidatorView,
 )
 from migronaut_core.baseline import BaselineResult
 from migronaut_core.bson_values import iso_time
@@ -99,6 +100,7 @@ from migronaut_core.errors import (
     MigrationInvalidNameError,
     MigronautError,
     NotAppliedError,
+    PrivilegeMissingError,
     RunAbortedError,
     TransactionsUnsupportedError,
 )
@@ -184,6 +186,7 @@ __all__ = [
     "NotAppliedError",
     "PartitionView",
     "PlannedMigration",
+    "PrivilegeMissingError",
     "PruneReport",
     "RejectedFile",
     "RunAbortedError",
@@ -199,6 +202,7 @@ __all__ = [
     "StatusRow",
     "StepDryRunReport",
     "TransactionsUnsupportedError",
+    "ValidatorView",
     "VerifyReport",
     "WaitResult",
     "WatchLeader",

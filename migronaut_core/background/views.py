@@ -166,6 +166,31 @@ class PartitionView:
 
 
 @dataclass(frozen=True, slots=True)
+class ValidatorView:
+    """Where a migration's finalize validator is (``background.validator``).
+
+    ``phase``: ``recorded`` (the previous validation saved), ``warn`` (the soak:
+    old-shape writes are accepted with a warning) or ``error`` (enforced).
+    ``since``: when the current soak began; ``until``: its earliest end by time;
+    ``clean_passes``: clean checks in a row; ``old_shape``: the old-shape documents
+    the last check that found any counted (at least; counts only, never ids),
+    ``old_shape_seen``: their sum over the soak, ``old_shape_at``: when.
+    """
+
+    phase: str
+    since: datetime | None = field(default=None, metadata=json_field(omit="none"))
+    until: datetime | None = field(default=None, metadata=json_field(omit="none"))
+    clean_passes: int = 0
+    old_shape: int = 0
+    old_shape_seen: int = 0
+    old_shape_at: datetime | None = field(default=None, metadata=json_field(omit="none"))
+    enforced_at: datetime | None = field(default=None, metadata=json_field(omit="none"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_json_dict(self)
+
+
+@dataclass(frozen=True, slots=True)
 class BackgroundStatusView:
     """The status of one background migration, read without writing anything.
 
@@ -182,7 +207,8 @@ class BackgroundStatusView:
     oldest first, in the same order. ``plan`` is the current plan without its
     token (empty before the first plan). ``held_by``: while it runs, the MongoDB
     health signal past its hard limit that holds its lanes (left out of the JSON
-    when none does).
+    when none does). ``validator``: the finalize validator's phase and soak
+    (:class:`ValidatorView`; left out when the spec has none or it has not begun).
     """
 
     name: str
@@ -223,6 +249,7 @@ class BackgroundStatusView:
     pass_failed_documents: int = field(metadata=json_field(omit="always"))
     document_errors: tuple[DocumentError, ...] = field(metadata=json_field(omit="always"))
     held_by: HoldView | None = field(default=None, metadata=json_field(omit="none"))
+    validator: ValidatorView | None = field(default=None, metadata=json_field(omit="none"))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape of the CLI's ``--json`` and the UI's JSON API."""
@@ -322,6 +349,7 @@ def status_view(store: BackgroundStore, state: StateDocument) -> BackgroundStatu
             else errors
         ),
         held_by=_hold(state),
+        validator=_validator(state),
     )
 
 
@@ -337,6 +365,23 @@ def _hold(state: StateDocument) -> HoldView | None:
         limit=hold.get("limit"),
         since=_time(hold.get("since")),
         at=_time(hold.get("at")),
+    )
+
+
+def _validator(state: StateDocument) -> ValidatorView | None:
+    """The finalize validator's view (never its recorded previous validation)."""
+    validator = state.get("validator")
+    if validator is None:
+        return None
+    return ValidatorView(
+        phase=validator["phase"],
+        since=_time(validator.get("since")),
+        until=_time(validator.get("until")),
+        clean_passes=int(validator.get("clean_passes", 0)),
+        old_shape=int(validator.get("old_shape", 0)),
+        old_shape_seen=int(validator.get("old_shape_seen", 0)),
+        old_shape_at=_time(validator.get("old_shape_at")),
+        enforced_at=_time(validator.get("enforced_at")),
     )
 
 
