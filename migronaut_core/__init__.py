@@ -47,10 +47,7 @@ from migronaut_core.background.stalls import (
 )
 from migronaut_core.background.states import STATUSES as BACKGROUND_STATUSES
 from migronaut_core.background.states import Status as BackgroundStatus
-from migronaut_core.background.store.gate import (
-    read_migration_status,
-    read_migration_status_async,
-)
+from migronaut_core.background.store.gate import GateSnapshot, read_gate, read_gate_async
 from migronaut_core.background.store.lanes import read_lanes, read_lanes_async
 from migronaut_core.background.telemetry import MetricsSink
 from migronaut_core.background.throttle.health import HealthBreach
@@ -161,6 +158,7 @@ __all__ = [
     "DryRunRefusedError",
     "DryRunReport",
     "Finding",
+    "GateSnapshot",
     "GateVerdict",
     "HealthBreach",
     "HistoryEntry",
@@ -220,10 +218,10 @@ __all__ = [
     "next_drift_signal",
     "next_stall_signal",
     "read_catalog",
+    "read_gate",
+    "read_gate_async",
     "read_lanes",
     "read_lanes_async",
-    "read_migration_status",
-    "read_migration_status_async",
     "redact_uri",
     "stall_watch_settings",
 ]

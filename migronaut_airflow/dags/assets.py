@@ -27,7 +27,7 @@ from migronaut_airflow.dags.options import DriftEventOptions
 from migronaut_airflow.targets import DEFAULT_TARGET, TargetSettings, dag_prefix
 from migronaut_airflow.triggers.drift import CollectionDriftTrigger
 from migronaut_airflow.triggers.stall import StalledMigrationTrigger
-from migronaut_core import BACKGROUND_MILESTONES, MigrationCatalog, ensure_private_folder
+from migronaut_core import MigrationCatalog, ensure_private_folder
 
 log = logging.getLogger(__name__)
 
@@ -35,22 +35,19 @@ log = logging.getLogger(__name__)
 ENDPOINT_TTL_SECONDS = 300.0
 
 
-def milestone_asset(
-    migration: str, until: str = "completed", target: str = DEFAULT_TARGET
-) -> Asset:
-    """The asset whose events say ``migration`` of ``target`` reached ``until``.
+def completed_asset(migration: str, target: str = DEFAULT_TARGET) -> Asset:
+    """The asset whose events say ``migration`` of ``target`` completed.
 
     The migration's DAG emits one event (its ``announce_completed`` task) in the run
-    that saw it complete; a deploy DAG is scheduled on it:
-    ``schedule=[milestone_asset("20260115090000_split_user_names")]``. Name and URI
-    (``x-migronaut://TARGET/MIGRATION/completed``) depend only on the three
-    arguments, so any DAG file builds the same asset without reading anything.
+    that saw it complete — with a ``validator``, once it is enforced: completion waits
+    for the soak, so completed is finalized. A deploy DAG is scheduled on it:
+    ``schedule=[completed_asset("20260115090000_split_user_names")]``. Name and URI
+    (``x-migronaut://TARGET/MIGRATION/completed``) depend only on the arguments, so
+    any DAG file builds the same asset without reading anything.
     """
-    if until not in BACKGROUND_MILESTONES:
-        raise ValueError(f"until must be one of {', '.join(BACKGROUND_MILESTONES)}")
     return Asset(
-        name=f"{dag_prefix(target)}{migration}__{until}",
-        uri=f"x-migronaut://{target}/{migration}/{until}",
+        name=f"{dag_prefix(target)}{migration}__completed",
+        uri=f"x-migronaut://{target}/{migration}/completed",
         group="migronaut",
     )
 

@@ -15,7 +15,7 @@ from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOpe
 from airflow.sdk import DAG, Asset, AssetAny, BaseOperator, Param, XComArg
 from airflow.sdk.definitions.mappedoperator import MappedOperator
 
-from migronaut_airflow.dags.assets import milestone_asset
+from migronaut_airflow.dags.assets import completed_asset
 from migronaut_airflow.dags.options import DagOptions, DriftEventOptions
 from migronaut_airflow.operators.background import (
     AnnounceCompletedOperator,
@@ -156,7 +156,7 @@ def background_dag(
     or more work is needed) → ``resume_up`` (``migronaut_up`` again once the
     migration completed and a regular migration waited for it) and
     ``announce_completed`` (the ``completed`` asset event, in the run that saw it
-    complete: :func:`~migronaut_airflow.dags.assets.milestone_asset`). One active run at
+    complete: :func:`~migronaut_airflow.dags.assets.completed_asset`). One active run at
     a time, plus a takeover started beside a stalled one (a newer round) by the
     stall DAG or the drift DAG's heal. A lane waits up to ``lane_deploy_wait`` for
     a deploy to bring its worker the registered file.
@@ -245,7 +245,7 @@ def background_dag(
         announce = AnnounceCompletedOperator(
             task_id="announce_completed",
             migration=migration,
-            outlets=[milestone_asset(migration, "completed", settings.name)],
+            outlets=[completed_asset(migration, settings.name)],
             trigger_rule="all_done",
             **options.for_tasks("admin"),
             **connection,

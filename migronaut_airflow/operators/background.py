@@ -422,7 +422,7 @@ class ContinueBackgroundOperator(MigronautOperator, TriggerDagRunOperator):
 class AnnounceCompletedOperator(MigronautOperator):
     """Emit the migration's ``completed`` asset event in the run that saw it complete.
 
-    Its outlet is :func:`~migronaut_airflow.dags.assets.milestone_asset`; a task that
+    Its outlet is :func:`~migronaut_airflow.dags.assets.completed_asset`; a task that
     skips emits no event, so it skips unless the migration is ``completed`` and
     completed after this DAG run started (a later run, e.g. one a drift reopen
     started and that found nothing to do, does not announce it twice). The event's

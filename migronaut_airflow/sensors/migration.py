@@ -33,7 +33,7 @@ from migronaut_core import (
     GateVerdict,
     Milestone,
     judge_gate,
-    read_migration_status,
+    read_gate,
 )
 
 if TYPE_CHECKING:
@@ -41,10 +41,11 @@ if TYPE_CHECKING:
 
 
 class BackgroundMigrationSensor(BaseSensorOperator):
-    """Wait until ``migration`` of ``target`` reached ``until`` (``completed``).
+    """Wait until ``migration`` of ``target`` reached ``until``.
 
     :param migration: the background migration's name (templated).
-    :param until: the milestone: ``completed``.
+    :param until: the milestone: ``migrated``, ``completed`` (default) or ``finalized``
+        (:mod:`migronaut_core.background.gate`).
     :param target: the migronaut target whose database it migrates (its connection,
         database and collection prefix, as the target's DAGs resolve them).
     :param mongo_conn_id: overrides the target's connection.
@@ -143,8 +144,8 @@ class BackgroundMigrationSensor(BaseSensorOperator):
     def _check(self) -> GateVerdict | None:
         db = self.hook.get_conn().get_database(self.settings.database)
         collections = self.settings.config.background_collections
-        status = read_migration_status(db, collections, self.migration)
-        return judge_gate(status, cast(Milestone, self.until))
+        snapshot = read_gate(db, collections, self.migration)
+        return judge_gate(snapshot, cast(Milestone, self.until))
 
     def _finish(self, verdict: GateVerdict) -> dict[str, str]:
         if verdict.outcome == "ended":

@@ -2,7 +2,7 @@
 
 :class:`MigrationMilestoneTrigger` reads the migration's status with an
 ``AsyncMongoClient`` (the core's
-:func:`~migronaut_core.background.store.gate.read_migration_status_async`) and lets the
+:func:`~migronaut_core.background.store.gate.read_gate_async`) and lets the
 core's :func:`~migronaut_core.judge_gate` decide. It fires one event:
 ``{"status": "success", "outcome": "reached" | "ended", "migration_status", "migration"}``,
 or ``{"status": "error", "message", "migration"}`` whose message names the error type and
@@ -25,7 +25,7 @@ from migronaut_core import (
     GateVerdict,
     Milestone,
     judge_gate,
-    read_migration_status_async,
+    read_gate_async,
 )
 
 
@@ -94,8 +94,8 @@ class MigrationMilestoneTrigger(RebuiltFromFields, BaseTrigger):
             names = BackgroundCollections.from_prefix(self.collection_prefix)
             until = cast(Milestone, self.until)
             while True:
-                status = await read_migration_status_async(db, names, self.migration)
-                verdict = judge_gate(status, until)
+                snapshot = await read_gate_async(db, names, self.migration)
+                verdict = judge_gate(snapshot, until)
                 if verdict is not None:
                     return verdict
                 await asyncio.sleep(self.poll_interval)

@@ -14,11 +14,11 @@ stdout (errors too, as ``{"error": {code, message, context}}``).
 BackgroundFailedError's code when it failed; RunAbortedError's code after Ctrl-C
 (lanes stop at their next batch; it resumes from its checkpoints next time).
 
-``background wait NAME [--until completed] [--timeout S]`` is a deploy gate: it
-reads the status until the migration completed (exit 0), ended short of it
-(failed, cancelled, no longer registered: :data:`NOT_COMPLETED_EXIT`, 12) or the
-timeout passed (:data:`WAIT_TIMEOUT_EXIT`, 19); paused, blocked and pending keep it
-waiting. It drives nothing.
+``background wait NAME [--until migrated|completed|finalized] [--timeout S]`` is a
+deploy gate: it reads the state until the migration reached the milestone (exit 0),
+ended short of it (failed, cancelled, no longer registered: :data:`NOT_COMPLETED_EXIT`,
+12) or the timeout passed (:data:`WAIT_TIMEOUT_EXIT`, 19); paused, blocked and pending
+keep it waiting. It drives nothing.
 
 ``background dry-run`` previews one on a few documents and writes nothing; it
 exits 0 whatever the documents would do (the report says).

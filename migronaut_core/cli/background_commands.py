@@ -229,7 +229,7 @@ def wait(kit: Migronaut, args: argparse.Namespace) -> int:
     if args.json:
         emit(result.to_dict())
     elif result.reached:
-        print(f"{args.name} {result.status} (waited {result.waited_seconds:.0f} s)")
+        print(f"{args.name} {args.until} (waited {result.waited_seconds:.0f} s)")
     elif result.outcome == "ended":
         print(f"{args.name} is {result.status}: it will not be {args.until}", file=sys.stderr)
     else:

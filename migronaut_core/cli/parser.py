@@ -190,9 +190,13 @@ def _add_background_commands(actions: Any) -> None:
     run.add_argument("--slice-ms", type=int, metavar="MS", help="time per lane slice")
     run.add_argument("--once", action="store_true", help="one coordinator round, then stop")
 
-    wait = action("wait", background.wait, "wait until one completes: a deploy gate")
+    wait = action("wait", background.wait, "wait for a milestone: a deploy gate")
     wait.add_argument(
-        "--until", choices=BACKGROUND_MILESTONES, default="completed", help="default: completed"
+        "--until",
+        choices=BACKGROUND_MILESTONES,
+        default="completed",
+        help="migrated (every document: ship the new writers), completed (default), "
+        "finalized (its validator enforced)",
     )
     wait.add_argument("--timeout", type=float, metavar="SECONDS", help="default: no limit")
     wait.add_argument(

@@ -38,7 +38,7 @@ from migronaut_core.background.lanes.lane import LaneBinding, SliceResult, run_s
 from migronaut_core.background.registration import runnable
 from migronaut_core.background.spec import check_slice_ms
 from migronaut_core.background.states import transition
-from migronaut_core.background.store.gate import read_migration_status
+from migronaut_core.background.store.gate import read_gate
 from migronaut_core.background.views import (
     BackgroundStatusView,
     PartitionView,
@@ -173,10 +173,11 @@ class Background:
     ) -> WaitResult:
         """Wait until ``name`` reaches ``until``, ends short of it, or ``timeout`` seconds pass.
 
-        The deploy gate (see :mod:`~migronaut_core.background.gate`): ``reached`` when it
-        completed; ``ended`` when it failed, was cancelled or is no longer registered
-        (waiting longer cannot help); ``timed-out`` otherwise (also when ``cancel``
-        fires). Paused, blocked and pending keep it waiting. Reads only; drives nothing.
+        The deploy gate (see :mod:`~migronaut_core.background.gate` for the milestones:
+        ``migrated``, ``completed``, ``finalized``): ``reached``; ``ended`` when it
+        failed, was cancelled or is no longer registered (waiting longer cannot help);
+        ``timed-out`` otherwise (also when ``cancel`` fires). Paused, blocked and
+        pending keep it waiting. Reads only; drives nothing.
 
         :param on_status: called with each status that differs from the last seen.
         :raises NotAppliedError: it is not registered when the wait starts.
@@ -190,7 +191,7 @@ class Background:
         db, collections = self._kit.db, self._kit.config.background_collections
         return wait_for_milestone(
             name,
-            lambda: read_migration_status(db, collections, name),
+            lambda: read_gate(db, collections, name),
             until=milestone,
             timeout=timeout,
             poll_interval=poll_interval,

@@ -1,4 +1,4 @@
-"""What the deploy gate reads: a migration's status, the same query sync or async.
+"""What the deploy gate reads of a migration's state, the same query sync or async.
 
 The kit's ``wait`` reads through the store; Airflow's ``BackgroundMigrationSensor``
 trigger reads in the triggerer through pymongo's ``AsyncMongoClient`` (which cannot
@@ -9,6 +9,7 @@ never builds a query on migronaut's collections. One indexed read by ``_id``.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 from pymongo.asynchronous.database import AsyncDatabase
@@ -16,25 +17,46 @@ from pymongo.database import Database
 
 from migronaut_core.config import BackgroundCollections
 
-__all__ = ["read_migration_status", "read_migration_status_async"]
-
-_STATUS_ONLY: Final[Mapping[str, int]] = {"status": 1}
+__all__ = ["GateSnapshot", "read_gate", "read_gate_async"]
 
 
-def _status_of(state: Mapping[str, Any] | None) -> str | None:
-    return None if state is None else str(state.get("status") or "unknown")
+@dataclass(frozen=True, slots=True)
+class GateSnapshot:
+    """What the gate reads of a migration's state; ``status`` None: not registered.
+
+    :param phase: the state's phase (``finalize`` while a validator soaks).
+    :param validator_phase: its validator's phase (``recorded``, ``warn``, ``error``),
+        None when it declares none or none was set yet.
+    """
+
+    status: str | None
+    phase: str | None = None
+    validator_phase: str | None = None
 
 
-def read_migration_status(
+_GATE_FIELDS: Final[Mapping[str, int]] = {"status": 1, "phase": 1, "validator.phase": 1}
+
+
+def _snapshot(state: Mapping[str, Any] | None) -> GateSnapshot:
+    if state is None:
+        return GateSnapshot(status=None)
+    validator = state.get("validator")
+    return GateSnapshot(
+        status=str(state.get("status") or "unknown"),
+        phase=state.get("phase"),
+        validator_phase=validator.get("phase") if isinstance(validator, Mapping) else None,
+    )
+
+
+def read_gate(
     db: Database[dict[str, Any]], collections: BackgroundCollections, migration: str
-) -> str | None:
-    """The status of ``migration``; None when it is not registered."""
-    return _status_of(db[collections.state].find_one({"_id": migration}, _STATUS_ONLY))
+) -> GateSnapshot:
+    """What the gate judges of ``migration`` (status None: not registered)."""
+    return _snapshot(db[collections.state].find_one({"_id": migration}, _GATE_FIELDS))
 
 
-async def read_migration_status_async(
+async def read_gate_async(
     db: AsyncDatabase[dict[str, Any]], collections: BackgroundCollections, migration: str
-) -> str | None:
-    """:func:`read_migration_status` through an ``AsyncMongoClient``'s database."""
-    state = await db[collections.state].find_one({"_id": migration}, _STATUS_ONLY)
-    return _status_of(state)
+) -> GateSnapshot:
+    """:func:`read_gate` through an ``AsyncMongoClient``'s database."""
+    return _snapshot(await db[collections.state].find_one({"_id": migration}, _GATE_FIELDS))

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pymongo.database import Database
 
-from migronaut_airflow.dags.assets import milestone_asset
+from migronaut_airflow.dags.assets import completed_asset
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 from tests.support.background_dag import DOCUMENTS, run_until_completed
 from tests.support.dags import asset_events
@@ -33,7 +33,7 @@ def test_generated_dag_migrates_with_three_mapped_lanes(
     assert db.users.count_documents({"_v": 2}) == DOCUMENTS
     assert "no-live-lease" in reasons  # the sensor deferred and its trigger fired
     # One "completed" event, from the run that completed it, for deploy DAGs to run on.
-    events = asset_events(milestone_asset(SPLIT_NAME).uri)
+    events = asset_events(completed_asset(SPLIT_NAME).uri)
     assert [(event["migration"], event["totals"]["migrated"]) for event in events] == [
         (SPLIT_NAME, DOCUMENTS)
     ]

@@ -119,5 +119,5 @@ def test_an_error_event_carries_the_trigger_s_message() -> None:
 
 
 def test_an_unknown_milestone_is_refused_when_the_dag_is_parsed() -> None:
-    with pytest.raises(ValueError, match="until must be one of completed"):
+    with pytest.raises(ValueError, match="until must be one of migrated, completed, finalized"):
         _sensor(until="deployed")
