@@ -372,7 +372,9 @@ def _health_reading(rt: Runtime, job: Job) -> HealthReading | None:
     """The cluster's health (the probe's cached reading), when the spec watches it."""
     if job.spec.health is None:
         return None
-    return rt.throttles.health_probe(rt.client).read(rt.warn_once)
+    reading = rt.throttles.health_probe(rt.client).read(rt.warn_once)
+    rt.telemetry.health_read(job.name, reading.signals())
+    return reading
 
 
 def _hard_breach(job: Job, reading: HealthReading | None) -> HealthBreach | None:
@@ -411,6 +413,7 @@ def _hold(
         )
         rt.emit("background:throttle", {"migration": name, "reason": "held", **breach.to_dict()})
     state["health_hold"] = hold
+    rt.telemetry.hold_observed(name, held=True)
     _warn_oplog_headroom(rt, name, since, reading)
     return SliceResult("held", counters, retry_after_ms=HOLD_RETRY_MS, held_by=breach)
 
@@ -420,6 +423,7 @@ def _release_hold(rt: Runtime, state: StateDocument) -> None:
     stored = state.pop("health_hold", None)
     if stored is None or not rt.store.states.release_hold(state["_id"]):
         return
+    rt.telemetry.hold_observed(state["_id"], held=False)
     log.info("%s: lanes resume: %s is within its hard limit", state["_id"], stored.get("signal"))
     rt.emit(
         "background:throttle",

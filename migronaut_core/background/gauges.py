@@ -1,0 +1,68 @@
+"""A migration's gauges, read from its status view and reported through the kit's telemetry.
+
+Each coordinator step and each control that moves a status reports them
+(:func:`publish_status`), so a dashboard's status, done, remaining, failed
+documents, rate, lanes and hold follow what ``migronaut background status``
+shows: the same view, the same numbers. A migration nothing drives (no
+coordinator runs it) keeps the last values sent; alerts on a stall read the
+``last_progress`` gauge's age, which keeps growing then.
+
+No ETA gauge: the view's ``eta_seconds`` is told by this pass's average rate,
+which a hold or a pause skews; dashboards derive one from ``remaining`` over the
+recent slope of ``done`` instead (docs/monitoring/metrics.md).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pymongo.errors import PyMongoError
+
+from migronaut_core.background.runtime import Runtime
+from migronaut_core.background.states import STATUSES
+from migronaut_core.background.store import aware
+from migronaut_core.background.telemetry import MigrationReadings
+from migronaut_core.background.views import BackgroundStatusView, read_status
+
+__all__ = ["publish_status", "readings_of"]
+
+log = logging.getLogger(__name__)
+
+
+def readings_of(view: BackgroundStatusView) -> MigrationReadings:
+    """The gauges of one status view (see :mod:`migronaut_core.background.metric_names`)."""
+    progress = view.progress
+    completed = view.status == "completed"
+    remaining = 0 if completed else max(0, progress.estimate - progress.done)
+    return MigrationReadings(
+        migration=view.name,
+        collection=view.collection,
+        status=view.status or "pending",
+        statuses=STATUSES,
+        done=progress.done,
+        remaining=remaining,
+        failed_documents=view.failed_documents,
+        rate=view.average_docs_per_second or 0.0,
+        lanes=view.live_leases,
+        held=view.held_by is not None,
+        last_progress=(
+            0.0 if view.last_progress_at is None else aware(view.last_progress_at).timestamp()
+        ),
+    )
+
+
+def publish_status(rt: Runtime, name: str) -> None:
+    """Report ``name``'s gauges now, when the kit reports anything at all.
+
+    Reads the status view (the state, its partitions, its live leases); a read
+    that fails is logged and skipped: metrics never fail a step or a control.
+    """
+    if not rt.telemetry.enabled:
+        return
+    try:
+        view = read_status(rt.store, name)
+    except PyMongoError as exc:
+        log.warning("%s: its gauges were not reported: %s", name, type(exc).__name__)
+        return
+    if view is not None:
+        rt.telemetry.migration_observed(readings_of(view))
