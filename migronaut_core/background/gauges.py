@@ -1,11 +1,12 @@
 """A migration's gauges, read from its status view and reported through the kit's telemetry.
 
-Each coordinator step and each control that moves a status reports them
+Each coordinator step, each control that moves a status and each lane that
+records progress (at the end of each lease it held) reports them
 (:func:`publish_status`), so a dashboard's status, done, remaining, failed
 documents, rate, lanes and hold follow what ``migronaut background status``
-shows: the same view, the same numbers. A migration nothing drives (no
-coordinator runs it) keeps the last values sent; alerts on a stall read the
-``last_progress`` gauge's age, which keeps growing then.
+shows: the same view, the same numbers. A migration nothing drives keeps the
+last values sent; alerts on a stall read the ``last_progress`` gauge's age,
+which keeps growing then.
 
 No ETA gauge: the view's ``eta_seconds`` is told by this pass's average rate,
 which a hold or a pause skews; dashboards derive one from ``remaining`` over the
