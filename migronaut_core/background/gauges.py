@@ -16,6 +16,7 @@ recent slope of ``done`` instead (docs/monitoring/metrics.md).
 from __future__ import annotations
 
 import logging
+from typing import Final
 
 from pymongo.errors import PyMongoError
 
@@ -25,9 +26,12 @@ from migronaut_core.background.store import aware
 from migronaut_core.background.telemetry import MigrationReadings
 from migronaut_core.background.views import BackgroundStatusView, read_status
 
-__all__ = ["publish_status", "readings_of"]
+__all__ = ["LANE_REPORT_EVERY_S", "publish_status", "readings_of"]
 
 log = logging.getLogger(__name__)
+
+#: A lane reports a migration's gauges at a lease's end at most this often per kit.
+LANE_REPORT_EVERY_S: Final = 5.0
 
 
 def readings_of(view: BackgroundStatusView) -> MigrationReadings:
@@ -52,13 +56,18 @@ def readings_of(view: BackgroundStatusView) -> MigrationReadings:
     )
 
 
-def publish_status(rt: Runtime, name: str) -> None:
+def publish_status(rt: Runtime, name: str, *, every_s: float | None = None) -> None:
     """Report ``name``'s gauges now, when the kit reports anything at all.
 
     Reads the status view (the state, its partitions, its live leases); a read
     that fails is logged and skipped: metrics never fail a step or a control.
+
+    :param every_s: report only if this kit's last such report of ``name`` is at
+        least this old (the lanes' reports: many small partitions end often).
     """
     if not rt.telemetry.enabled:
+        return
+    if every_s is not None and not rt.telemetry.due(name, every_s):
         return
     try:
         view = read_status(rt.store, name)

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Final, Literal, Protocol
 
 from migronaut_core.background import metric_names as names
 from migronaut_core.background.metric_names import Metric, MetricKind
+from migronaut_core.clock import monotonic
 
 try:
     from opentelemetry import metrics, trace
@@ -265,6 +266,8 @@ class Telemetry:
         self._last = _LastValues()
         self._health: dict[str, dict[str, float]] = {}
         self._sink_without_gauge = False
+        self._due: dict[str, float] = {}
+        self._due_lock = threading.Lock()
         self.otel = enabled and AVAILABLE
         #: Whether anything is reported at all (OpenTelemetry or the sink).
         self.enabled = self.otel or self._sink is not None
@@ -299,6 +302,17 @@ class Telemetry:
             METRIC_LEASES_LOST, unit="{lease}", description="Leases lost while working"
         )
         self._last.register(meter)
+
+    def due(self, migration: str, every_s: float) -> bool:
+        """Whether ``every_s`` passed since the last time this answered True for
+        ``migration`` (then it starts a new wait); thread-safe."""
+        now = monotonic()
+        with self._due_lock:
+            last = self._due.get(migration)
+            if last is not None and now - last < every_s:
+                return False
+            self._due[migration] = now
+            return True
 
     def collection_of(self, migration: str, collection: str) -> None:
         """Note the collection a migration rewrites: the sink's ``collection`` tag."""

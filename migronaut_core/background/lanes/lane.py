@@ -53,7 +53,7 @@ from migronaut_core.background.engine.partition import (
     add_counters,
 )
 from migronaut_core.background.engine.worker import process_partition
-from migronaut_core.background.gauges import publish_status
+from migronaut_core.background.gauges import LANE_REPORT_EVERY_S, publish_status
 from migronaut_core.background.job import Job, assert_transactions, job_for, plan_is_stale
 from migronaut_core.background.lifecycle import fail_state
 from migronaut_core.background.runtime import Runtime
@@ -602,7 +602,7 @@ def _work(held: SliceContext) -> PartitionResult:
     rt.store.states.set(name, {"last_progress_at": utc_now()})
     # A driver's coordinator may not step while its lanes work a whole pass: the lane
     # that recorded progress reports the gauges that move with it.
-    publish_status(rt, name)
+    publish_status(rt, name, every_s=LANE_REPORT_EVERY_S)
     held.emit(
         "background:slice:end",
         {

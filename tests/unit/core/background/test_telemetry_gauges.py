@@ -152,3 +152,11 @@ def test_disabled_telemetry_keeps_no_gauges() -> None:
     off.health_read("m1", {"majority_lag_ms": 5})
     assert sink.sent == []
     assert captured.metric_names() == set()
+
+
+def test_due_answers_once_per_interval_and_migration() -> None:
+    reporting = Telemetry(enabled=True, sink=RecordingSink())
+    assert reporting.due("m1", 3_600)
+    assert not reporting.due("m1", 3_600)  # the lanes' next lease end, within the hour
+    assert reporting.due("m2", 3_600)
+    assert reporting.due("m1", 0)
