@@ -1,7 +1,8 @@
 """A migration's gauges, read from its status view and reported through the kit's telemetry.
 
 Each coordinator step, each control that moves a status and each lane that
-records progress (at the end of each lease it held) reports them
+records progress (at the end of a lease it held, at most every
+:data:`LANE_REPORT_EVERY_S` per kit) reports them
 (:func:`publish_status`), so a dashboard's status, done, remaining, failed
 documents, rate, lanes and hold follow what ``migronaut background status``
 shows: the same view, the same numbers. A migration nothing drives keeps the
