@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.engine.steps import STEP_SCOPE
+from migronaut_core.background.gauges import publish_status
 from migronaut_core.background.job import (
     Job,
     assert_transactions,
@@ -221,6 +222,7 @@ def coordinate(
     # The span opens once the lock is held: a busy coordinator makes none.
     with lock, rt.telemetry.span(SPAN_COORDINATE, name, {ATTR_DRIVER: driver.kind}) as span:
         answer = _step(rt, name, driver, step)
+        publish_status(rt, name)
         span.set(ATTR_OUTCOME, answer.next)
         span.set(ATTR_STATUS, answer.status)
         span.set(ATTR_REASON, answer.reason)

@@ -53,6 +53,7 @@ from migronaut_core.background.engine.partition import (
     add_counters,
 )
 from migronaut_core.background.engine.worker import process_partition
+from migronaut_core.background.gauges import LANE_REPORT_EVERY_S, publish_status
 from migronaut_core.background.job import Job, assert_transactions, job_for, plan_is_stale
 from migronaut_core.background.lifecycle import fail_state
 from migronaut_core.background.runtime import Runtime
@@ -372,7 +373,9 @@ def _health_reading(rt: Runtime, job: Job) -> HealthReading | None:
     """The cluster's health (the probe's cached reading), when the spec watches it."""
     if job.spec.health is None:
         return None
-    return rt.throttles.health_probe(rt.client).read(rt.warn_once)
+    reading = rt.throttles.health_probe(rt.client).read(rt.warn_once)
+    rt.telemetry.health_read(job.name, reading.signals())
+    return reading
 
 
 def _hard_breach(job: Job, reading: HealthReading | None) -> HealthBreach | None:
@@ -411,6 +414,7 @@ def _hold(
         )
         rt.emit("background:throttle", {"migration": name, "reason": "held", **breach.to_dict()})
     state["health_hold"] = hold
+    rt.telemetry.hold_observed(name, held=True)
     _warn_oplog_headroom(rt, name, since, reading)
     return SliceResult("held", counters, retry_after_ms=HOLD_RETRY_MS, held_by=breach)
 
@@ -420,6 +424,7 @@ def _release_hold(rt: Runtime, state: StateDocument) -> None:
     stored = state.pop("health_hold", None)
     if stored is None or not rt.store.states.release_hold(state["_id"]):
         return
+    rt.telemetry.hold_observed(state["_id"], held=False)
     log.info("%s: lanes resume: %s is within its hard limit", state["_id"], stored.get("signal"))
     rt.emit(
         "background:throttle",
@@ -595,6 +600,9 @@ def _work(held: SliceContext) -> PartitionResult:
             return PartitionResult("stopped", {})
         raise _counted_failure(held, exc) from exc
     rt.store.states.set(name, {"last_progress_at": utc_now()})
+    # A driver's coordinator may not step while its lanes work a whole pass: the lane
+    # that recorded progress reports the gauges that move with it.
+    publish_status(rt, name, every_s=LANE_REPORT_EVERY_S)
     held.emit(
         "background:slice:end",
         {
