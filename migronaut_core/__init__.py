@@ -33,6 +33,7 @@ from migronaut_core.background.drift.events import (
     next_drift_signal,
 )
 from migronaut_core.background.dry_run import DryRunReport, StepDryRunReport
+from migronaut_core.background.failed import FailedDocument, FailedDocumentsView
 from migronaut_core.background.indexes import ConvergeReport, PruneReport
 from migronaut_core.background.lanes.lane import LaneBinding, SliceOutcome, SliceResult
 from migronaut_core.background.lanes.waiting import REASONS as LANE_WAIT_REASONS
@@ -151,6 +152,8 @@ __all__ = [
     "Driver",
     "DryRunRefusedError",
     "DryRunReport",
+    "FailedDocument",
+    "FailedDocumentsView",
     "Finding",
     "HealthBreach",
     "HistoryEntry",

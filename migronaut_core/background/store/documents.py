@@ -43,6 +43,8 @@ HistoryDocument = TypedDict(
         "replan": bool,
         "lock": bool,
         "leases": int,
+        "failed_only": bool,
+        "failed": int,
     },
     total=False,
 )
@@ -96,6 +98,21 @@ class HealthHoldDocument(TypedDict):
     at: datetime
 
 
+class ReplayDocument(TypedDict, total=False):
+    """A failed-only retry (``replay``): asked for by a control, started by a coordinator.
+
+    ``token`` names the request. A coordinator step starts it: it moves the
+    failed ids from ``bad_ids`` to ``ids`` and plans one pass over exactly those
+    (its ``generation``); rolling that generation up ends it (the field is
+    removed, the ids that failed again are back in ``bad_ids``).
+    """
+
+    token: Required[str]
+    requested_at: Required[datetime]
+    ids: list[Any]
+    generation: int
+
+
 #: One background migration's state. ``pass`` is a keyword, hence the functional form.
 StateDocument = TypedDict(
     "StateDocument",
@@ -138,6 +155,7 @@ StateDocument = TypedDict(
         "control": ControlMark,
         "reopened": int,
         "health_hold": HealthHoldDocument,
+        "replay": "ReplayDocument | None",
     },
     total=False,
 )
@@ -244,6 +262,7 @@ __all__ = [
     "LeaseDocument",
     "PartitionDocument",
     "PlanDocument",
+    "ReplayDocument",
     "StateDocument",
     "WatchDocument",
     "WatchLeaderDocument",

@@ -1,0 +1,188 @@
+"""``retry`` with ``failed_only``: one pass over exactly the documents that failed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pymongo.database import Database
+
+from migronaut_core import (
+    BackgroundConflictError,
+    BackgroundFailedError,
+    ConfigInvalidError,
+    ControlResult,
+    Migronaut,
+)
+from tests.support import kit_json
+from tests.support.background import (
+    FLAKY_NAME,
+    SPLIT_NAME,
+    fix_flaky,
+    seed_users,
+    write_background,
+    write_flaky,
+)
+
+#: The documents the broken transform refuses (every n ending in 3, of 200).
+FAILING = [n for n in range(200) if n % 10 == 3]
+
+
+def failed_ids(kit: Migronaut) -> list[Any]:
+    return [row.id for row in kit.background.failed(FLAKY_NAME, limit=1_000).documents]
+
+
+def completed_with_failures(kit: Migronaut, db: Database[dict[str, Any]], path: Path) -> None:
+    seed_users(db, 200)
+    kit.runs.up()
+    assert kit_json.run(kit, FLAKY_NAME, concurrency=2)["status"] == "completed"
+    assert failed_ids(kit) == FAILING
+
+
+def test_a_failed_only_retry_rewrites_exactly_the_failed_documents(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    path = write_flaky(migrations)
+    completed_with_failures(kit, db, path)
+    others = {doc["_id"]: doc for doc in db.users.find({"_id": {"$nin": FAILING}})}
+    assert all(doc["_v"] == 2 for doc in others.values())
+    before = kit_json.status(kit, FLAKY_NAME)
+    # The application rewrote one failed document itself meanwhile: nothing is left to do.
+    db.users.update_one(
+        {"_id": 33}, {"$set": {"_v": 2, "first": "App", "last": "Wrote"}, "$unset": {"name": ""}}
+    )
+    fix_flaky(path)
+
+    result = kit.background.control(
+        FLAKY_NAME, "retry", failed_only=True, repin=True, requested_by="ana", reason="fixed"
+    )
+
+    assert result == ControlResult("changed", "pending", replan=False, failed=20, may_run=True)
+    view = kit_json.run(kit, FLAKY_NAME, concurrency=2)
+    assert view["status"] == "completed"
+    # 13 fails again; 33 was the application's; 23 was written by the application while
+    # its transform ran: the guarded write missed, and it was re-read and migrated anew.
+    assert view["totals"]["migrated"] == before["totals"]["migrated"] + 18
+    assert failed_ids(kit) == [13]
+    again = kit.background.failed(FLAKY_NAME).documents[0]
+    assert (again.reason, again.error, again.code) == ("transform", "KeyError", None)
+    assert again.generation == view["generation"]
+    assert db.users.find_one({"_id": 23}, {"_id": 0, "first": 1, "_v": 1}) == {
+        "first": "Changed",
+        "_v": 2,
+    }
+    assert db.users.find_one({"_id": 33}, {"_id": 0, "first": 1}) == {"first": "App"}
+    assert db.users.count_documents({"_v": 1}) == 1
+    # No other document was written: each is exactly as the first pass left it.
+    assert {doc["_id"]: doc for doc in db.users.find({"_id": {"$nin": FAILING}})} == others
+    entry = next(e for e in kit_json.history(kit, FLAKY_NAME) if e["action"] == "reopen")
+    assert (entry["failed_only"], entry["failed"], entry["by"], entry["reason"]) == (
+        True,
+        20,
+        "ana",
+        "fixed",
+    )
+    assert view["pass"] == before["pass"]  # not a sweep of the collection
+
+
+def test_a_failed_only_retry_of_a_migration_that_failed_mid_pass_finishes_it(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    path = write_flaky(migrations, max_document_errors=3)
+    seed_users(db, 200)
+    kit.runs.up()
+    with pytest.raises(BackgroundFailedError):
+        kit.background.run(FLAKY_NAME)
+    failed = kit.background.failed(FLAKY_NAME)
+    assert failed.status == "failed"
+    assert 3 < failed.total < len(FAILING)  # the budget stopped the pass
+    left_behind = db.users.count_documents({"_v": 1})
+    assert left_behind > failed.total
+    fix_flaky(path)
+
+    kit.background.control(FLAKY_NAME, "retry", failed_only=True, repin=True)
+    view = kit_json.run(kit, FLAKY_NAME)
+
+    # The failed documents first; then ordinary passes take what the failure left.
+    assert view["status"] == "completed"
+    assert failed_ids(kit) == [13]
+    assert db.users.count_documents({"_v": 1}) == 1
+    assert view["totals"]["migrated"] == 199
+
+
+def test_a_failed_only_retry_keeps_what_fails_again_and_counts_the_error_budget(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    path = write_flaky(migrations)
+    completed_with_failures(kit, db, path)
+    # Not fixed: every failed document fails again, the same way.
+    assert kit.background.control(FLAKY_NAME, "retry", failed_only=True).failed == 20
+    view = kit_json.run(kit, FLAKY_NAME)
+    assert view["status"] == "completed"
+    assert view["failed_documents"] == 20
+    rows = kit.background.failed(FLAKY_NAME, limit=1_000).documents
+    assert [row.id for row in rows] == FAILING
+    assert {(row.reason, row.error, row.generation) for row in rows} == {
+        ("transform", "ValueError", view["generation"])
+    }
+    assert db.users.count_documents({"_v": 1}) == 20
+
+
+def test_a_failed_only_retry_that_does_not_fit_is_refused_before_anything_is_written(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    seed_users(db, 50)
+    write_background(migrations, batch_size=10)
+    kit.runs.up()
+    states = kit._runtime.store.states
+
+    def refusal(**options: Any) -> dict[str, Any]:
+        before = states.get(SPLIT_NAME)
+        with pytest.raises(BackgroundConflictError) as error:
+            kit.background.control(SPLIT_NAME, "retry", failed_only=True, **options)
+        assert states.get(SPLIT_NAME) == before
+        assert error.value.code == "BACKGROUND_CONFLICT"
+        return dict(error.value.context)
+
+    assert refusal()["reason"] == "status"  # pending: its lanes may be about to write
+    kit.background.control(SPLIT_NAME, "pause")
+    assert refusal()["status"] == "paused"
+    kit.background.control(SPLIT_NAME, "resume")
+    assert kit_json.run(kit, SPLIT_NAME)["status"] == "completed"
+    write_background(migrations, batch_size=20)  # a repin refused with it leaves the pin
+    assert refusal(repin=True) == {
+        "migration": SPLIT_NAME,
+        "action": "retry",
+        "failed_only": True,
+        "status": "completed",
+        "reason": "no-failed-documents",
+    }
+    with pytest.raises(ConfigInvalidError) as error:
+        kit.background.control(SPLIT_NAME, "retry_from_start", failed_only=True)
+    assert error.value.context["key"] == "failed_only"
+
+
+def test_the_failed_list_and_its_errors_carry_no_document_values(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    path = write_flaky(migrations)
+    completed_with_failures(kit, db, path)
+    page = kit.background.failed(FLAKY_NAME, limit=5, offset=5)
+    assert (page.total, page.offset, page.limit, page.retrying) == (20, 5, 5, False)
+    assert [row.id for row in page.documents] == FAILING[5:10]
+    text = json.dumps(page.to_dict())
+    assert "First" not in text and "Last" not in text and "cannot split" not in text
+    first = page.to_dict()["documents"][0]
+    assert isinstance(first.pop("at"), str)
+    assert first == {
+        "id": 53,
+        "reason": "transform",
+        "code": None,
+        "error": "ValueError",
+        "generation": 1,
+        "retrying": False,
+    }
+    with pytest.raises(ConfigInvalidError):
+        kit.background.failed(FLAKY_NAME, limit=0)
