@@ -14,6 +14,7 @@ from typing import Any
 
 from migronaut_core import CONTROL_ACTIONS, Migronaut
 from migronaut_core.background.control.actions import RETRYING, STOPPING, SUMMARIES
+from migronaut_core.background.failed import DEFAULT_FAILED_LIMIT
 from migronaut_core.cli import background_commands as background
 from migronaut_core.cli import runner_commands as runner
 
@@ -164,6 +165,13 @@ def _add_background_commands(actions: Any) -> None:
     status.add_argument("name", metavar="NAME", nargs="?", help="one background migration")
     action("partitions", background.partitions, "partitions of the current pass")
     action("history", background.history, "control history: who did what, when and why")
+    failed = action(
+        "failed", background.failed, "documents it could not rewrite: _id, why (never values)"
+    )
+    failed.add_argument(
+        "--limit", type=int, default=DEFAULT_FAILED_LIMIT, metavar="N", help="at most N (100)"
+    )
+    failed.add_argument("--offset", type=int, default=0, metavar="N", help="skip the first N")
     action("runnable", background.runnable, "background migrations with work to do", named=False)
     audit = action("audit", background.audit, "findings that need a look (read-only)", named=False)
     _add_stale_minutes(audit)
@@ -211,5 +219,11 @@ def _add_background_commands(actions: Any) -> None:
         if name in STOPPING:
             control.add_argument("--wait", action="store_true", help="until lanes have stopped")
         if name in RETRYING:
-            control.add_argument("--from-start", action="store_true", help="drop all progress")
+            which = control.add_mutually_exclusive_group()
+            which.add_argument("--from-start", action="store_true", help="drop all progress")
+            which.add_argument(
+                "--failed-only",
+                action="store_true",
+                help="only the documents it could not rewrite (see `background failed`)",
+            )
             control.add_argument("--repin", action="store_true", help="repin the file first")
