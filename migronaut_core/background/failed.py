@@ -107,6 +107,13 @@ def failed_ids(store: BackgroundStore, state: StateDocument) -> list[Any]:
     return [stored for stored, _ in _failed(state, _pass_partitions(store, state))]
 
 
+def count_failed(state: StateDocument, partitions: Sequence[PartitionDocument]) -> int:
+    """How many documents failed (each once), from the state and its current
+    generation's ``partitions`` (a status view's read): what :func:`read_failed` totals."""
+    unrolled = int(state.get("rolled_generation", 0)) < int(state.get("generation", 0))
+    return len(_failed(state, partitions if unrolled else ()))
+
+
 def read_failed(
     store: BackgroundStore,
     name: str,

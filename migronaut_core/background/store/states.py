@@ -138,6 +138,7 @@ class StateDocuments:
                     "round": "",
                     "control": "",
                     "health_hold": "",
+                    "replay": "",
                 },
                 "$setOnInsert": {"created_at": now},
                 "$push": {"history": {"$each": [entry], "$slice": -MAX_HISTORY}},

@@ -11,7 +11,7 @@ from migronaut_core.scrub import error_code, error_text, write_error_text
 @pytest.mark.parametrize(
     ("code", "errmsg", "text"),
     [
-        (11000, "E11000 dup key: { email: \"a@b.c\" } index: email_1", "duplicate key on index"),
+        (11000, 'E11000 dup key: { email: "a@b.c" } index: email_1', "duplicate key on index"),
         (121, "Document failed validation: {name: 'Ann'}", "document failed validation"),
         (None, "anything", "write error"),
     ],

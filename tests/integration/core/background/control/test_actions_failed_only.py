@@ -60,6 +60,10 @@ def test_a_failed_only_retry_rewrites_exactly_the_failed_documents(
     )
 
     assert result == ControlResult("changed", "pending", replan=False, failed=20, may_run=True)
+    retrying = kit.background.failed(FLAKY_NAME, limit=1_000)
+    assert (retrying.total, retrying.retrying) == (20, True)
+    assert all(row.retrying for row in retrying.documents)
+    assert kit_json.status(kit, FLAKY_NAME)["failed_documents"] == 20
     view = kit_json.run(kit, FLAKY_NAME, concurrency=2)
     assert view["status"] == "completed"
     # 13 fails again; 33 was the application's; 23 was written by the application while
