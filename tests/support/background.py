@@ -158,6 +158,8 @@ FLAKY_NAME = "20240103000000_split_flaky"
 #: also once fixed (a ``KeyError``), and which, once fixed, plays an application write
 #: to document 23 (a new name, its revision bumped) while transforming it.
 FLAKY_SPLIT = """
+import time
+
 background = {{
     "collection": "users",
     "from": 1,
@@ -169,9 +171,11 @@ background = {{
 }}
 
 BROKEN = True
+SLOW = 0.0
 
 
 def migrate(doc, ctx):
+    time.sleep(SLOW)
     n = doc["n"]
     if BROKEN and n % 10 == 3:
         raise ValueError("cannot split " + doc["name"])
@@ -195,6 +199,8 @@ def write_flaky(directory: Path, *, max_document_errors: int = 100) -> Path:
     )
 
 
-def fix_flaky(path: Path) -> None:
-    """Repair the transform :func:`write_flaky` wrote (a new checksum: repin it)."""
-    path.write_text(path.read_text().replace("BROKEN = True", "BROKEN = False"))
+def fix_flaky(path: Path, *, per_document_seconds: float = 0.0) -> None:
+    """Repair the transform :func:`write_flaky` wrote (a new checksum: repin it), slowed
+    by ``per_document_seconds`` (so a slice of the retry can end part-way)."""
+    fixed = path.read_text().replace("BROKEN = True", "BROKEN = False")
+    path.write_text(fixed.replace("SLOW = 0.0", f"SLOW = {per_document_seconds!r}"))

@@ -190,3 +190,60 @@ def test_the_failed_list_and_its_errors_carry_no_document_values(
     }
     with pytest.raises(ConfigInvalidError):
         kit.background.failed(FLAKY_NAME, limit=0)
+
+
+def test_a_failed_only_retry_is_leased_and_resumes_from_its_checkpoints(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    path = write_flaky(migrations, max_document_errors=1_000)
+    seed_users(db, 2_000)
+    kit.runs.up()
+    assert kit_json.run(kit, FLAKY_NAME, concurrency=2)["status"] == "completed"
+    assert kit.background.failed(FLAKY_NAME).total == 200
+    fix_flaky(path, per_document_seconds=0.01)  # a batch of 20 outlasts a 100 ms slice
+    kit.background.control(FLAKY_NAME, "retry", failed_only=True, repin=True)
+
+    answer = kit.background.coordinate(FLAKY_NAME)
+    assert answer.next == "process"
+    state = kit._runtime.store.states.get(FLAKY_NAME)
+    assert state is not None and state["bad_ids"] == []
+    assert len((state.get("replay") or {}).get("ids") or []) == 200
+    assert kit.background.run_slice(FLAKY_NAME, slice_ms=100).outcome == "yielded"
+    kit.background.control(FLAKY_NAME, "pause", wait=True)
+    part_way = db.users.count_documents({"_v": 1})
+    assert 1 < part_way < 200  # one batch of 20 at least, not all of them
+    assert kit.background.control(FLAKY_NAME, "resume").status == "running"
+    view = kit_json.run(kit, FLAKY_NAME, concurrency=2)
+
+    assert view["status"] == "completed"
+    assert view["totals"]["migrated"] == 1_999
+    assert failed_ids(kit) == [13]
+    assert kit._runtime.store.states.get(FLAKY_NAME, projection={"replay": 1}) == {
+        "_id": FLAKY_NAME
+    }
+
+
+def test_a_failed_only_retry_of_an_update_pipeline_migration_after_a_duplicate_key(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    seed_users(db, 100)
+    db.users.create_index("first", unique=True, partialFilterExpression={"_v": 2})
+    db.users.insert_one({"_id": "taken", "first": "First5", "last": "X", "_v": 2})
+    write_background(migrations, update=True, batch_size=10, extra='"max_document_errors": 5,')
+    kit.runs.up()
+    assert kit_json.run(kit, SPLIT_NAME)["status"] == "completed"
+    rows = kit.background.failed(SPLIT_NAME).documents
+    assert [(row.id, row.reason, row.code) for row in rows] == [(5, "update", 11000)]
+    assert rows[0].error == "duplicate key on index first_1 (code 11000)"
+    db.users.delete_one({"_id": "taken"})  # the data is fixed
+
+    assert kit.background.control(SPLIT_NAME, "retry", failed_only=True).failed == 1
+    view = kit_json.run(kit, SPLIT_NAME)
+
+    assert view["status"] == "completed"
+    assert view["totals"]["migrated"] == 100
+    assert kit.background.failed(SPLIT_NAME).total == 0
+    assert db.users.find_one({"_id": 5}, {"_id": 0, "first": 1, "_v": 1}) == {
+        "first": "First5",
+        "_v": 2,
+    }
