@@ -500,30 +500,34 @@ def _merged_bad_ids(*lists: Sequence[Any]) -> list[Any]:
 
 
 def _roll_up(rt: Runtime, state: StateDocument) -> StateDocument:
-    """Add a generation's counters to the totals, once (idempotent after a crash)."""
+    """Add a generation's counters to the totals, once (idempotent after a crash).
+
+    Rolling up a failed-only retry's generation ends the retry: every document that
+    failed before was retried, so its failures and their errors replace the old ones.
+    """
     name, generation = state["_id"], int(state["generation"])
     if int(state.get("rolled_generation", 0)) >= generation:
         return state
     rolled = rt.store.partitions.generation_totals(name, generation)
     increments = {f"totals.{key}": value for key, value in rolled.totals.items() if value}
+    replay = state.get("replay")
+    replayed = replay is not None and replay.get("generation") == generation
     fields: dict[str, Any] = {
         "rolled_generation": generation,
         "bad_ids": _merged_bad_ids(state.get("bad_ids") or [], rolled.bad_ids),
         "updated_at": utc_now(),
     }
-    if rolled.doc_errors:
-        fields["doc_errors"] = [*(state.get("doc_errors") or []), *rolled.doc_errors][
-            -MAX_DOC_ERRORS:
-        ]
+    if rolled.doc_errors or replayed:
+        kept = [] if replayed else list(state.get("doc_errors") or [])
+        fields["doc_errors"] = [*kept, *rolled.doc_errors][-MAX_DOC_ERRORS:]
     if rolled.failed_partitions:
         fields["failed_partitions"] = rolled.failed_partitions
         fields["last_error"] = rolled.last_error
     update: dict[str, Any] = {"$set": fields}
     if increments:
         update["$inc"] = increments
-    replay = state.get("replay")
-    if replay is not None and replay.get("generation") == generation:
-        update["$unset"] = {"replay": ""}  # its pass is closed: its failures are bad_ids again
+    if replayed:
+        update["$unset"] = {"replay": ""}
     updated = rt.store.states.cas(name, {"rolled_generation": {"$lt": generation}}, update)
     return updated or rt.store.states.get(name) or state
 

@@ -70,6 +70,7 @@ def test_a_failed_only_retry_rewrites_exactly_the_failed_documents(
     # its transform ran: the guarded write missed, and it was re-read and migrated anew.
     assert view["totals"]["migrated"] == before["totals"]["migrated"] + 18
     assert failed_ids(kit) == [13]
+    assert [sample["id"] for sample in view["failed_document_samples"]] == [13]
     again = kit.background.failed(FLAKY_NAME).documents[0]
     assert (again.reason, again.error, again.code) == ("transform", "KeyError", None)
     assert again.generation == view["generation"]
