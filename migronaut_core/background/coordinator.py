@@ -367,6 +367,9 @@ def _after_replay(rt: Runtime, name: str, state: StateDocument, cancel: CancelTo
     """Go on after a failed-only retry's pass left old-shape documents besides its own
     (a migration that failed mid-pass): the next passes are ordinary ones, planned by a
     job built afresh (the retry's job matches only its documents)."""
+    replay = state.get("replay")
+    if replay is not None and "ids" in replay:  # not closed by this step: the next one sees
+        return _retry_soon(rt, "replay")
     return _coordinate_pass(rt, name, state, cancel)
 
 

@@ -5,15 +5,18 @@ CLI, the Airflow operators and the UI take it from here, and
 :meth:`Background.control <migronaut_core.kit.background.Background.control>`
 (``kit.background.control``) applies any of them.
 Each status control is a compare-and-set on the state's status, recorded in its
-``history`` with who asked and why. ``retry`` with ``failed_only`` retries just the
-documents the migration could not rewrite (:func:`failed_ids`): it asks for one
-pass over exactly those (the state's ``replay``), which the coordinator plans and
-lanes work like any pass — leased, fenced, resumable, through the guarded write
-and within the document error budget; it is refused unless the migration is
-completed, failed or cancelled and has failed documents. An action that does not fit the current
+``history`` with who asked and why. An action that does not fit the current
 status raises :class:`~migronaut_core.errors.BackgroundConflictError`; one that is
 already in effect answers ``unchanged``. Every control answers a
 :class:`ControlResult`.
+
+``retry`` with ``failed_only`` retries just the documents the migration could not
+rewrite (:func:`~migronaut_core.background.failed.failed_ids`): it asks for one
+pass over exactly those (the state's ``replay``), which the coordinator starts and
+plans and lanes work like any pass — leased, fenced, resumable, through the
+guarded write and within the document error budget. It is refused
+(:func:`check_failed_only`) unless the migration is completed, failed or
+cancelled and has failed documents.
 """
 
 from __future__ import annotations
@@ -337,12 +340,13 @@ def _plan_move(
 
 
 def _replay_fields(ids: list[Any]) -> dict[str, Any]:
-    """A failed-only retry's request: a new pass, over ``ids`` once a coordinator starts it.
+    """A failed-only retry's request, which a coordinator step starts (a new pass).
 
-    ``ids`` go back to ``bad_ids`` (those of a pass the failure cut short, and of a
-    failed-only retry the failure cut short, with them), so the coordinator that
-    starts the request takes every one; the open partitions of a pass the failure
-    cut short are left as they are: the coordinator rolls that pass up first.
+    ``ids``, every failed document, are written back to ``bad_ids`` so the step that
+    starts the request takes each one: also those of an earlier failed-only retry a
+    failure cut short, and those still on the partitions of a pass a failure cut
+    short (the step rolls that pass up first; merging keeps each id once). Those
+    partitions are left as they are, not reopened.
     """
     return {
         "replay": {"token": uuid.uuid4().hex, "requested_at": utc_now()},
