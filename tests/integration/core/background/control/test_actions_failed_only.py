@@ -15,6 +15,7 @@ from migronaut_core import (
     ConfigInvalidError,
     ControlResult,
     Migronaut,
+    NotAppliedError,
 )
 from tests.support import kit_json
 from tests.support.background import (
@@ -191,6 +192,8 @@ def test_the_failed_list_and_its_errors_carry_no_document_values(
     }
     with pytest.raises(ConfigInvalidError):
         kit.background.failed(FLAKY_NAME, limit=0)
+    with pytest.raises(NotAppliedError):
+        kit.background.failed("20990101000000_unknown")
 
 
 def test_a_failed_only_retry_is_leased_and_resumes_from_its_checkpoints(
