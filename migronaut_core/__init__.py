@@ -33,6 +33,7 @@ from migronaut_core.background.drift.events import (
     next_drift_signal,
 )
 from migronaut_core.background.dry_run import DryRunReport, StepDryRunReport
+from migronaut_core.background.failed import FailedDocument, FailedDocumentsView
 from migronaut_core.background.gate import MILESTONES as BACKGROUND_MILESTONES
 from migronaut_core.background.gate import GateVerdict, Milestone, WaitResult, judge_gate
 from migronaut_core.background.indexes import ConvergeReport, PruneReport
@@ -157,6 +158,8 @@ __all__ = [
     "Driver",
     "DryRunRefusedError",
     "DryRunReport",
+    "FailedDocument",
+    "FailedDocumentsView",
     "Finding",
     "GateSnapshot",
     "GateVerdict",

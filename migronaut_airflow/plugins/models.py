@@ -4,6 +4,9 @@ Every model lists its fields explicitly: what the engine's views return beyond
 them (scope bounds, cursors, failed ``_id``s, the spec's filter) is dropped on
 the way out, because those are document values or may be. Only identifiers,
 counts, statuses, times, and texts the engine already scrubbed leave the server.
+The one exception is asked for by name: :class:`FailedDocumentPage` (``GET
+…/failed``) lists the ``_id``s of the documents a migration could not rewrite,
+with why (never their values), so they can be found and fixed.
 
 The models of a status are read from the core's typed views by attribute
 (``model_validate(view, from_attributes=True)``, see :mod:`.readings`): a field
@@ -205,7 +208,9 @@ class HistoryEntry(BaseModel):
     reason: Text = None
     at: Text = None
     details: dict[str, bool | int | str] = Field(
-        default_factory=dict, description="what an unlock or repin did (lock, leases, replan)"
+        default_factory=dict,
+        description="what an unlock, repin or failed-only retry did "
+        "(lock, leases, replan, failed_only, failed)",
     )
 
 
@@ -280,6 +285,35 @@ class FailureReason(BaseModel):
     error: str | None = None
 
 
+class FailedDocumentRow(BaseModel):
+    """A document the migration could not rewrite: its ``_id`` and why, never its values."""
+
+    id: Any = Field(
+        description="its _id, JSON-safe (extended JSON text for a BSON type JSON lacks)"
+    )
+    reason: str | None = Field(description="the error's kind: transform, shape, write, update…")
+    code: int | None = Field(description="the server's error code of a refused write")
+    error: str | None = Field(
+        description="the value-free text kept: an exception's type, a write error's summary "
+        "(None: no longer kept)"
+    )
+    generation: int | None = Field(description="the pass's generation that recorded it")
+    at: IsoTime = None
+    retrying: bool = Field(description="a failed-only retry is working on it")
+
+
+class FailedDocumentPage(BaseModel):
+    """A page of a migration's failed documents, oldest first."""
+
+    name: str
+    status: str | None
+    total: int = Field(description="every failed document")
+    offset: int
+    limit: int
+    retrying: bool = Field(description="a failed-only retry is under way")
+    documents: list[FailedDocumentRow]
+
+
 class Permissions(BaseModel):
     can_control: bool = Field(description="edit access to the migration's DAG")
     can_trigger: bool = Field(description="may start runs of the migration's DAG")
@@ -312,6 +346,9 @@ class ActionRequest(BaseModel):
     repin: bool = Field(
         False, description="retry and retry_from_start only: pin the file on disk first"
     )
+    failed_only: bool = Field(
+        False, description="retry only: just the documents it could not rewrite"
+    )
 
 
 class DagRunStarted(BaseModel):
@@ -330,6 +367,7 @@ class ActionResult(BaseModel):
     stopped: bool | None = None
     lock: bool | None = Field(None, description="unlock: the coordinator lock was held")
     leases: int | None = Field(None, description="unlock: leases dropped")
+    failed: int | None = Field(None, description="failed-only retry: the documents it takes")
     dag_run: DagRunStarted | None = Field(
         None, description="resume, retry and repin start the migration's DAG when none is active"
     )

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, ParamSpec, TypeVar
 
 import pendulum
 
+from migronaut_core.background.failed import count_failed
 from migronaut_core.bson_values import json_safe
 from migronaut_core.clock import utc_now
 from migronaut_core.json_shape import json_field, to_json_dict
@@ -194,21 +195,23 @@ class ValidatorView:
 class BackgroundStatusView:
     """The status of one background migration, read without writing anything.
 
-    ``failed_documents`` counts every failed document: those recorded on the
-    state (rolled up from finished passes) and ``pass_failed_documents``, those
-    of the current pass still on its partitions (0 once it is rolled up); every
-    reader shows this one total. ``average_docs_per_second``: this pass's
-    documents over the time since ``pass_started_at`` (to its completion), the
-    rate ``eta_seconds`` is told by. ``mode`` is the spec's mode as registered
-    (``declarative``, ``step`` or ``update``); ``runs_as`` names it as readers see
-    it (:data:`RunsAs`; None only for a state without a mode). ``pass_started_at``:
-    when this pass's first plan was committed (a replan keeps it); ``started_at``
-    for a state planned before it was recorded. ``document_errors`` lists why,
-    oldest first, in the same order. ``plan`` is the current plan without its
-    token (empty before the first plan). ``held_by``: while it runs, the MongoDB
-    health signal past its hard limit that holds its lanes (left out of the JSON
-    when none does). ``validator``: the finalize validator's phase and soak
-    (:class:`ValidatorView`; left out when the spec has none or it has not begun).
+    ``failed_documents`` counts every failed document, each once: those recorded on the
+    state (rolled up from finished passes), those a failed-only retry is retrying, and
+    ``pass_failed_documents``, those of the current pass still on its partitions (0 once
+    it is rolled up); every reader shows this one total, the one
+    :func:`~migronaut_core.background.failed.read_failed` pages through.
+    ``average_docs_per_second``: this pass's documents over the time since
+    ``pass_started_at`` (to its completion), the rate ``eta_seconds`` is told by.
+    ``mode`` is the spec's mode as registered (``declarative``, ``step`` or ``update``);
+    ``runs_as`` names it as readers see it (:data:`RunsAs`; None only for a state
+    without a mode). ``pass_started_at``: when this pass's first plan was committed (a
+    replan keeps it); ``started_at`` for a state planned before it was recorded.
+    ``document_errors`` lists why, oldest first, in the same order. ``plan`` is the
+    current plan without its token (empty before the first plan). ``held_by``: while it
+    runs, the MongoDB health signal past its hard limit that holds its lanes (left out
+    of the JSON when none does). ``validator``: the finalize
+    validator's phase and soak (:class:`ValidatorView`; left out when the spec has none
+    or it has not begun).
     """
 
     name: str
@@ -320,7 +323,7 @@ def status_view(store: BackgroundStore, state: StateDocument) -> BackgroundStatu
         totals=dict(state.get("totals") or {}),
         partition_counts=_by_status(partitions),
         live_leases=store.leases.live_leases(name),
-        failed_documents=len(state.get("bad_ids") or []) + pass_failed,
+        failed_documents=count_failed(state, partitions),
         failed_document_samples=tuple(
             json_safe({key: entry.get(key) for key in ("id", "reason", "error")})
             for entry in errors[-VIEW_FAILED_DOCUMENTS:]

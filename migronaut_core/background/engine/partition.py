@@ -115,10 +115,12 @@ def control_outcome(control: StateDocument | None, job: Job, plan_token: str) ->
     return None
 
 
-def errors_of(errors: Sequence[DocError]) -> tuple[list[Any], list[Document]]:
-    """A batch's failed documents as stored: their ids and their entries."""
+def errors_of(errors: Sequence[DocError], generation: int) -> tuple[list[Any], list[Document]]:
+    """A batch's failed documents as stored: their ids, and their entries with the
+    ``generation`` that recorded them (what the failed-documents list shows)."""
     at = epoch_seconds()
-    return [error.id for error in errors], [{**error.entry(), "at_epoch": at} for error in errors]
+    entries = [{**error.entry(), "generation": generation, "at_epoch": at} for error in errors]
+    return [error.id for error in errors], entries
 
 
 def checkpoint_batch(
@@ -145,7 +147,7 @@ def checkpoint_batch(
     :returns: the result, the next cursor (``None``: drained) and the counters.
     :raises LockLostError: the lease is not ours any more; nothing was written.
     """
-    bad_ids, doc_errors = errors_of(result.errors)
+    bad_ids, doc_errors = errors_of(result.errors, job.generation)
     # Read and not rewritten (left to the next pass, or failed): a draining partition
     # steps over them.
     left = [*result.left, *bad_ids]

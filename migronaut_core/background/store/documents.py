@@ -43,6 +43,8 @@ HistoryDocument = TypedDict(
         "replan": bool,
         "lock": bool,
         "leases": int,
+        "failed_only": bool,
+        "failed": int,
     },
     total=False,
 )
@@ -119,6 +121,21 @@ class ValidatorDocument(TypedDict, total=False):
     enforced_at: datetime
 
 
+class ReplayDocument(TypedDict, total=False):
+    """A failed-only retry (``replay``): asked for by a control, started by a coordinator.
+
+    ``token`` names the request. A coordinator step starts it: it moves the
+    failed ids from ``bad_ids`` to ``ids`` and plans one pass over exactly those
+    (its ``generation``); rolling that generation up ends it (the field is
+    removed, the ids that failed again are back in ``bad_ids``).
+    """
+
+    token: Required[str]
+    requested_at: Required[datetime]
+    ids: list[Any]
+    generation: int
+
+
 #: One background migration's state. ``pass`` is a keyword, hence the functional form.
 StateDocument = TypedDict(
     "StateDocument",
@@ -162,6 +179,7 @@ StateDocument = TypedDict(
         "reopened": int,
         "health_hold": HealthHoldDocument,
         "validator": ValidatorDocument,
+        "replay": "ReplayDocument | None",
     },
     total=False,
 )
@@ -268,6 +286,7 @@ __all__ = [
     "LeaseDocument",
     "PartitionDocument",
     "PlanDocument",
+    "ReplayDocument",
     "StateDocument",
     "WatchDocument",
     "WatchLeaderDocument",

@@ -140,6 +140,7 @@ class StateDocuments:
                     "control": "",
                     "health_hold": "",
                     "validator": "",
+                    "replay": "",
                 },
                 "$setOnInsert": {"created_at": now},
                 "$push": {"history": {"$each": [entry], "$slice": -MAX_HISTORY}},
@@ -213,13 +214,16 @@ class StateDocuments:
         fields: Mapping[str, Any] | None = None,
         by: str | None = None,
         reason: str | None = None,
+        note: Mapping[str, Any] | None = None,
     ) -> StateDocument | None:
         """Change the status if it is one of ``from_statuses``, recording it in ``history``.
 
-        Returns the state after, or None when the status was not one of them (a
-        concurrent move won; judge again from what it is now).
+        ``note``: more the history entry records (a failed-only retry's ``failed_only``
+        and ``failed``). Returns the state after, or None when the status was not one
+        of them (a concurrent move won; judge again from what it is now).
         """
         entry: Document = {"action": action, "from": "$status", "to": to, "at": "$$NOW"}
+        entry.update(_literal_fields(note or {}))
         if by is not None:
             entry["by"] = {"$literal": by}
         if reason is not None:

@@ -112,6 +112,7 @@ ROUTES = (
     ("GET", "/openapi.json"),
     ("GET", "/api/migrations"),
     ("GET", "/api/migrations/anything"),
+    ("GET", "/api/migrations/anything/failed"),
     ("POST", "/api/migrations/anything/actions/pause"),
 )
 
@@ -330,6 +331,7 @@ def test_an_editor_pauses_and_resumes(airflow: Airflow, running: str, db: Databa
         "stopped": None,
         "lock": None,
         "leases": None,
+        "failed": None,
         "dag_run": None,
         "dag_run_note": None,
     }
@@ -490,6 +492,7 @@ def test_the_openapi_schema_lists_the_routes(airflow: Airflow) -> None:
     assert set(schema["paths"]) == {
         "/api/migrations",
         "/api/migrations/{name}",
+        "/api/migrations/{name}/failed",
         "/api/migrations/{name}/actions/{action}",
     }
     act = schema["paths"]["/api/migrations/{name}/actions/{action}"]["post"]
