@@ -367,6 +367,9 @@ class ActionResult(BaseModel):
     stopped: bool | None = None
     lock: bool | None = Field(None, description="unlock: the coordinator lock was held")
     leases: int | None = Field(None, description="unlock: leases dropped")
+    checksum: str | None = Field(
+        None, description="repin: the file checksum pinned (what the changelog records)"
+    )
     failed: int | None = Field(None, description="failed-only retry: the documents it takes")
     dag_run: DagRunStarted | None = Field(
         None, description="resume, retry and repin start the migration's DAG when none is active"

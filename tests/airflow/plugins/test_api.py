@@ -21,6 +21,7 @@ import pytest
 from pymongo.database import Database
 
 from migronaut_airflow.operators.background import dag_id_for
+from migronaut_core.files import file_checksum
 from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, write_background
 from tests.support.ui import UI, Airflow, signed_in_app
@@ -331,6 +332,7 @@ def test_an_editor_pauses_and_resumes(airflow: Airflow, running: str, db: Databa
         "stopped": None,
         "lock": None,
         "leases": None,
+        "checksum": None,
         "failed": None,
         "dag_run": None,
         "dag_run_note": None,
@@ -410,6 +412,16 @@ def test_unlock_is_recorded_with_the_user(airflow: Airflow, running: str) -> Non
         "lanes died with the node",
     )
     assert last["details"] == {"lock": False, "leases": 0}
+
+
+def test_a_repin_answers_the_checksum_it_pinned(
+    airflow: Airflow, running: str, dags_folder: Path, db: Database[Any]
+) -> None:
+    path = dags_folder / f"{running}.py"
+    path.write_text(path.read_text() + "\n# reviewed: a comment-only edit\n")
+    repinned = airflow.act(running, "repin", "editor", {"reason": "comment-only edit"})
+    assert repinned.status_code == 200, repinned.text
+    assert repinned.json()["checksum"] == file_checksum(path) == state_of(db, running)["checksum"]
 
 
 def test_bad_requests_change_nothing(airflow: Airflow, running: str, db: Database[Any]) -> None:
