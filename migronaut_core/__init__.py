@@ -54,6 +54,7 @@ from migronaut_core.background.views import (
     HoldView,
     LanePacing,
     PartitionView,
+    WindowView,
 )
 from migronaut_core.baseline import BaselineResult
 from migronaut_core.bson_values import iso_time
@@ -194,6 +195,7 @@ __all__ = [
     "WatchLeader",
     "WatchResume",
     "WatchStatus",
+    "WindowView",
     "check_control",
     "check_int",
     "config_from_text",
