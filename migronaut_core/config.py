@@ -375,7 +375,10 @@ def _parse_text(key: str, text: str, source: str) -> Any:
 
 
 def _windows(key: str, value: Any, source: str) -> tuple[Window, ...]:
-    """A window list checked as a background spec's ``windows`` is, named by its key."""
+    """A window list checked as a background spec's ``windows`` is, named by its key
+    (windows already checked, as :func:`replace` may pass back, are kept)."""
+    if isinstance(value, tuple) and all(isinstance(item, Window) for item in value):
+        return value
     try:
         return parse_windows(value)
     except WindowError as error:

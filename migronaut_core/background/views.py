@@ -226,7 +226,8 @@ class BackgroundStatusView:
     its lanes (a MongoDB health signal past its hard limit, or no maintenance
     window open; left out of the JSON when nothing does). ``window``: the
     maintenance windows its lanes keep and when the next opens or closes (left
-    out when none apply).
+    out when none apply, and once the migration completed, failed or was
+    cancelled).
     """
 
     name: str
@@ -395,7 +396,9 @@ def status_view(
             else errors
         ),
         held_by=_hold(state),
-        window=_window(spec, windows, now or utc_now()),
+        window=(
+            None if state.get("status") in _FINISHED else _window(spec, windows, now or utc_now())
+        ),
     )
 
 
@@ -415,6 +418,10 @@ def _hold(state: StateDocument) -> HoldView | None:
         reason=reason,
         until=_time(hold.get("until")),
     )
+
+
+#: Statuses whose lanes are done for good: no window schedule to show.
+_FINISHED: Final = frozenset({"completed", "failed", "cancelled"})
 
 
 def _window(spec: Document, default: Sequence[Window], now: datetime) -> WindowView | None:

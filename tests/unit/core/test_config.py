@@ -183,6 +183,9 @@ def test_a_bad_target_window_names_the_key_and_its_source(tmp_path: Path) -> Non
     with pytest.raises(ConfigInvalidError) as caught:
         replace(load_config(cwd=tmp_path, env={}), background_windows=[{"from": "01:00"}])
     assert caught.value.context["key"] == "background_windows.0.to"
+    kept = load_config({"background_windows": [{"from": "01:00", "to": "02:00"}]}, env={})
+    again = replace(kept, background_windows=kept.background_windows)
+    assert again.background_windows == kept.background_windows
 
 
 def test_target_windows_given_as_text_are_json() -> None:
