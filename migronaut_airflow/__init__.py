@@ -42,7 +42,10 @@ def get_provider_info() -> dict[str, Any]:
         "sensors": [
             {
                 "integration-name": "migronaut",
-                "python-modules": ["migronaut_airflow.sensors.lanes"],
+                "python-modules": [
+                    "migronaut_airflow.sensors.lanes",
+                    "migronaut_airflow.sensors.migration",
+                ],
             }
         ],
         "triggers": [
@@ -53,6 +56,7 @@ def get_provider_info() -> dict[str, Any]:
                     "migronaut_airflow.triggers.delay",
                     "migronaut_airflow.triggers.drift",
                     "migronaut_airflow.triggers.stall",
+                    "migronaut_airflow.triggers.gate",
                 ],
             }
         ],

@@ -33,6 +33,8 @@ from migronaut_core.background.drift.events import (
     next_drift_signal,
 )
 from migronaut_core.background.dry_run import DryRunReport, StepDryRunReport
+from migronaut_core.background.gate import MILESTONES as BACKGROUND_MILESTONES
+from migronaut_core.background.gate import GateVerdict, Milestone, WaitResult, judge_gate
 from migronaut_core.background.indexes import ConvergeReport, PruneReport
 from migronaut_core.background.lanes.lane import LaneBinding, SliceOutcome, SliceResult
 from migronaut_core.background.lanes.waiting import REASONS as LANE_WAIT_REASONS
@@ -45,6 +47,7 @@ from migronaut_core.background.stalls import (
 )
 from migronaut_core.background.states import STATUSES as BACKGROUND_STATUSES
 from migronaut_core.background.states import Status as BackgroundStatus
+from migronaut_core.background.store.gate import GateSnapshot, read_gate, read_gate_async
 from migronaut_core.background.store.lanes import read_lanes, read_lanes_async
 from migronaut_core.background.telemetry import MetricsSink
 from migronaut_core.background.throttle.health import HealthBreach
@@ -54,6 +57,7 @@ from migronaut_core.background.views import (
     HoldView,
     LanePacing,
     PartitionView,
+    ValidatorView,
     WindowView,
 )
 from migronaut_core.baseline import BaselineResult
@@ -94,6 +98,7 @@ from migronaut_core.errors import (
     MigrationInvalidNameError,
     MigronautError,
     NotAppliedError,
+    PrivilegeMissingError,
     RunAbortedError,
     TransactionsUnsupportedError,
 )
@@ -115,6 +120,7 @@ from migronaut_core.scrub import redact_uri
 __version__ = "0.1.0"
 
 __all__ = [
+    "BACKGROUND_MILESTONES",
     "BACKGROUND_STATUSES",
     "CONTROL_ACTIONS",
     "CONTROL_GUIDES",
@@ -153,6 +159,8 @@ __all__ = [
     "DryRunRefusedError",
     "DryRunReport",
     "Finding",
+    "GateSnapshot",
+    "GateVerdict",
     "HealthBreach",
     "HistoryEntry",
     "HoldView",
@@ -172,10 +180,12 @@ __all__ = [
     "MigrationInvalidNameError",
     "Migronaut",
     "MigronautError",
+    "Milestone",
     "NextStep",
     "NotAppliedError",
     "PartitionView",
     "PlannedMigration",
+    "PrivilegeMissingError",
     "PruneReport",
     "RejectedFile",
     "RunAbortedError",
@@ -191,7 +201,9 @@ __all__ = [
     "StatusRow",
     "StepDryRunReport",
     "TransactionsUnsupportedError",
+    "ValidatorView",
     "VerifyReport",
+    "WaitResult",
     "WatchLeader",
     "WatchResume",
     "WatchStatus",
@@ -203,10 +215,13 @@ __all__ = [
     "drift_event_settings",
     "ensure_private_folder",
     "iso_time",
+    "judge_gate",
     "load_config",
     "next_drift_signal",
     "next_stall_signal",
     "read_catalog",
+    "read_gate",
+    "read_gate_async",
     "read_lanes",
     "read_lanes_async",
     "redact_uri",

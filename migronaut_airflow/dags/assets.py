@@ -1,4 +1,5 @@
-"""The target's assets: each migrated collection (drift watcher) and the state collection (stalls).
+"""The target's assets: each migrated collection (drift watcher), the state collection
+(stalls) and each migration's milestones (the deploy gate's asset events).
 
 Asset URIs follow the mongo provider (``mongodb://host:port/database/collection``),
 so lineage shows which collection a migration rewrites. The host comes from the
@@ -23,7 +24,7 @@ from airflow.providers.mongo.assets.mongo import create_asset
 from airflow.sdk import Asset, AssetWatcher, Connection
 
 from migronaut_airflow.dags.options import DriftEventOptions
-from migronaut_airflow.targets import TargetSettings
+from migronaut_airflow.targets import DEFAULT_TARGET, TargetSettings, dag_prefix
 from migronaut_airflow.triggers.drift import CollectionDriftTrigger
 from migronaut_airflow.triggers.stall import StalledMigrationTrigger
 from migronaut_core import MigrationCatalog, ensure_private_folder
@@ -32,6 +33,23 @@ log = logging.getLogger(__name__)
 
 #: How long a connection's host, port and schema are reused before they are read again.
 ENDPOINT_TTL_SECONDS = 300.0
+
+
+def completed_asset(migration: str, target: str = DEFAULT_TARGET) -> Asset:
+    """The asset whose events say ``migration`` of ``target`` completed.
+
+    The migration's DAG emits one event (its ``announce_completed`` task) in the run
+    that saw it complete — with a ``validator``, once it is enforced: completion waits
+    for the soak, so completed is finalized. A deploy DAG is scheduled on it:
+    ``schedule=[completed_asset("20260115090000_split_user_names")]``. Name and URI
+    (``x-migronaut://TARGET/MIGRATION/completed``) depend only on the arguments, so
+    any DAG file builds the same asset without reading anything.
+    """
+    return Asset(
+        name=f"{dag_prefix(target)}{migration}__completed",
+        uri=f"x-migronaut://{target}/{migration}/completed",
+        group="migronaut",
+    )
 
 
 @dataclass(frozen=True, slots=True)

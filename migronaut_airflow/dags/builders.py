@@ -15,8 +15,10 @@ from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOpe
 from airflow.sdk import DAG, Asset, AssetAny, BaseOperator, Param, XComArg
 from airflow.sdk.definitions.mappedoperator import MappedOperator
 
+from migronaut_airflow.dags.assets import completed_asset
 from migronaut_airflow.dags.options import DagOptions, DriftEventOptions
 from migronaut_airflow.operators.background import (
+    AnnounceCompletedOperator,
     BackgroundControlOperator,
     BackgroundLaneOperator,
     ContinueBackgroundOperator,
@@ -152,7 +154,9 @@ def background_dag(
     ``coordinate`` → mapped ``lane`` tasks (one per claimable slot) and the
     deferrable ``wait_for_lanes`` sensor → ``continue`` (a new run when a new pass
     or more work is needed) → ``resume_up`` (``migronaut_up`` again once the
-    migration completed and a regular migration waited for it). One active run at
+    migration completed and a regular migration waited for it) and
+    ``announce_completed`` (the ``completed`` asset event, in the run that saw it
+    complete: :func:`~migronaut_airflow.dags.assets.completed_asset`). One active run at
     a time, plus a takeover started beside a stalled one (a newer round) by the
     stall DAG or the drift DAG's heal. A lane waits up to ``lane_deploy_wait`` for
     a deploy to bring its worker the registered file.
@@ -237,8 +241,17 @@ def background_dag(
             **options.for_tasks("admin"),
             **connection,
         )
+        # Its own event for a deploy DAG to be scheduled on, whatever came before.
+        announce = AnnounceCompletedOperator(
+            task_id="announce_completed",
+            migration=migration,
+            outlets=[completed_asset(migration, settings.name)],
+            trigger_rule="all_done",
+            **options.for_tasks("admin"),
+            **connection,
+        )
         coordinate >> [lanes, wait]
-        [lanes, wait] >> carry_on >> resume_up
+        [lanes, wait] >> carry_on >> [resume_up, announce]
     return dag
 
 

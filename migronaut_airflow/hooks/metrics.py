@@ -1,7 +1,8 @@
 """migronaut's metrics through Airflow's own metrics backend.
 
 :class:`AirflowStatsSink` is the :class:`~migronaut_core.MetricsSink` the hook gives
-every kit it builds: the lanes' slice, batch, retry, throttle and lease metrics go
+every kit it builds: the lanes' slice, batch, retry, throttle and lease metrics and
+the migrations' gauges (status, done, remaining, …) go
 wherever the deployment sends Airflow's (``[metrics] statsd_on``, ``otel_on``, the
 Datadog flavour), under Airflow's ``statsd_prefix``, with its allow and block lists
 applied. With metrics off, Airflow's ``Stats`` drops them at no cost.
@@ -15,7 +16,7 @@ from airflow.sdk.observability.stats import Stats
 
 
 class AirflowStatsSink:
-    """Sends migronaut's counters and timers to ``airflow.sdk.observability.stats.Stats``.
+    """Sends migronaut's counters, timers and gauges to ``airflow.sdk.observability.stats.Stats``.
 
     Tags (``migration``, ``collection``, ``outcome``, ``reason``, ``shard``) reach
     backends that carry them (InfluxDB-style StatsD tags, Datadog, OpenTelemetry);
@@ -27,3 +28,6 @@ class AirflowStatsSink:
 
     def timing(self, name: str, milliseconds: float, tags: Mapping[str, str]) -> None:
         Stats.timing(name, milliseconds, tags=dict(tags))
+
+    def gauge(self, name: str, value: float, tags: Mapping[str, str]) -> None:
+        Stats.gauge(name, value, tags=dict(tags))

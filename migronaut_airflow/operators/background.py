@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+import pendulum
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
@@ -416,6 +417,45 @@ class ContinueBackgroundOperator(MigronautOperator, TriggerDagRunOperator):
             return answer.to_dict()
         self.log.info("%s: %s; starting the next round", self.migration, answer.next)
         return super().execute(context)
+
+
+class AnnounceCompletedOperator(MigronautOperator):
+    """Emit the migration's ``completed`` asset event in the run that saw it complete.
+
+    Its outlet is :func:`~migronaut_airflow.dags.assets.completed_asset`; a task that
+    skips emits no event, so it skips unless the migration is ``completed`` and
+    completed after this DAG run started (a later run, e.g. one a drift reopen
+    started and that found nothing to do, does not announce it twice). The event's
+    ``extra`` carries the migration's name, its completion time and its totals.
+    Takes :class:`MigronautOperator`'s connection arguments.
+    """
+
+    template_fields: Sequence[str] = ("migration",)
+
+    def __init__(self, *, migration: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.migration = migration
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        try:
+            view = self.kit.background.status(self.migration)
+        finally:
+            self.hook.close()
+        if view is None or view.status != "completed" or view.completed_at is None:
+            raise AirflowSkipException(f"{self.migration} is not completed")
+        completed_at = pendulum.instance(view.completed_at)  # stored times are naive UTC
+        started = context["dag_run"].start_date
+        if started is not None and completed_at < started:
+            raise AirflowSkipException(f"{self.migration} completed before this run")
+        extra: dict[str, Any] = {
+            "migration": self.migration,
+            "completed_at": completed_at.isoformat(),
+            "totals": dict(view.totals),
+        }
+        for asset in self.outlets:
+            context["outlet_events"][asset].extra = extra
+        self.log.info("%s completed: announced", self.migration)
+        return extra
 
 
 class ResumeUpOperator(MigronautOperator, TriggerDagRunOperator):

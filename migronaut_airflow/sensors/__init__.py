@@ -1,1 +1,1 @@
-"""The deferrable sensor that waits for a pass's lanes to drain."""
+"""Deferrable sensors: a pass's lanes (``lanes``), a migration's milestone (``migration``)."""

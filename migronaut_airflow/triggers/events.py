@@ -16,13 +16,10 @@ from abc import abstractmethod
 from collections.abc import AsyncIterator
 from typing import Any
 
-from airflow.providers.mongo.hooks.mongo import MongoHook
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
-from asgiref.sync import sync_to_async
-from pymongo import AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
 
-from migronaut_airflow.triggers.lanes import error_message, mongo_client_options
+from migronaut_airflow.triggers.lanes import connect_async, error_message
 from migronaut_airflow.triggers.rebuild import RebuiltFromFields
 from migronaut_core import BackgroundCollections
 
@@ -82,12 +79,7 @@ class MongoEventTrigger(RebuiltFromFields, BaseEventTrigger):
         yield TriggerEvent(payload)  # type: ignore[no-untyped-call]  # Airflow leaves it unannotated
 
     async def _wait(self) -> dict[str, Any]:
-        # MongoHook looks its connection up in __init__, synchronously: build it in a
-        # worker thread so the triggerer's event loop never blocks on the lookup.
-        hook = await sync_to_async(MongoHook)(mongo_conn_id=self.mongo_conn_id)
-        options = mongo_client_options(hook)
-        options.setdefault("appname", self.appname)
-        client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(hook.uri, **options)
+        client = await connect_async(self.mongo_conn_id, self.appname)
         try:
             db = client.get_database(self.database)
             names = BackgroundCollections.from_prefix(self.collection_prefix)

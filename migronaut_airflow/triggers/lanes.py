@@ -53,6 +53,20 @@ def mongo_client_options(hook: MongoHook) -> dict[str, Any]:
     return options
 
 
+async def connect_async(
+    mongo_conn_id: str, appname: str = "migronaut-airflow-trigger"
+) -> AsyncMongoClient[dict[str, Any]]:
+    """An ``AsyncMongoClient`` on a ``mongo`` connection, as ``MongoHook.get_conn`` would open it.
+
+    ``MongoHook`` looks its connection up in ``__init__``, synchronously: it is built in
+    a worker thread so the triggerer's event loop never blocks on the lookup.
+    """
+    hook = await sync_to_async(MongoHook)(mongo_conn_id=mongo_conn_id)
+    options = mongo_client_options(hook)
+    options.setdefault("appname", appname)
+    return AsyncMongoClient(hook.uri, **options)
+
+
 class BackgroundLanesTrigger(RebuiltFromFields, BaseTrigger):
     """Fire once when the lanes of one pass of a background migration have stopped.
 
@@ -127,16 +141,8 @@ class BackgroundLanesTrigger(RebuiltFromFields, BaseTrigger):
         event = {**payload, "migration": self.migration}
         yield TriggerEvent(event)  # type: ignore[no-untyped-call]  # Airflow leaves it unannotated
 
-    async def _connect(self) -> AsyncMongoClient[dict[str, Any]]:
-        # MongoHook looks its connection up in __init__, synchronously: build it in a
-        # worker thread so the triggerer's event loop never blocks on the lookup.
-        hook = await sync_to_async(MongoHook)(mongo_conn_id=self.mongo_conn_id)
-        options = mongo_client_options(hook)
-        options.setdefault("appname", "migronaut-airflow-trigger")
-        return AsyncMongoClient(hook.uri, **options)
-
     async def _watch(self) -> dict[str, Any]:
-        client = await self._connect()
+        client = await connect_async(self.mongo_conn_id)
         try:
             db = client.get_database(self.database)
             names = BackgroundCollections.from_prefix(self.collection_prefix)

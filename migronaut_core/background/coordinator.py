@@ -6,7 +6,8 @@ it; a step that finds the lock held answers ``busy``. A step answers:
 
 - ``process`` — lanes have work (``lanes``: how many could start now);
 - ``wait`` — nothing to do yet (``retry_after_ms``): leases draining, a deploy in
-  progress (the file's checksum differs from the registered one), a lost plan race,
+  progress (the file's checksum differs from the registered one), a validator's soak
+  (``validator-soak``: :mod:`~migronaut_core.background.validator`), a lost plan race,
   or the step was stopped (``stopping``: its caller's cancel token fired, or its
   coordinator lock was lost mid-step — then it commits no plan and closes no pass);
 - ``done`` — completed, failed, cancelled, paused or blocked (``status``);
@@ -17,13 +18,14 @@ it; a step that finds the lock held answers ``busy``. A step answers:
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.engine.steps import STEP_SCOPE
+from migronaut_core.background.gauges import publish_status
 from migronaut_core.background.job import (
     Job,
     assert_transactions,
@@ -34,7 +36,12 @@ from migronaut_core.background.job import (
 from migronaut_core.background.lifecycle import fail_state, try_unblock
 from migronaut_core.background.planning.partition import Plan
 from migronaut_core.background.runtime import Runtime
-from migronaut_core.background.spec import exclude_bad_ids, match_hash, match_of
+from migronaut_core.background.spec import (
+    BackgroundSpec,
+    exclude_bad_ids,
+    match_hash,
+    match_of,
+)
 from migronaut_core.background.states import TERMINAL, sources
 from migronaut_core.background.store import (
     MAX_BAD_IDS,
@@ -51,6 +58,7 @@ from migronaut_core.background.telemetry import (
     ATTR_STATUS,
     SPAN_COORDINATE,
 )
+from migronaut_core.background.validator import SoakStep, begin, soak
 from migronaut_core.bson_values import canonical_id_key
 from migronaut_core.clock import utc_now
 from migronaut_core.errors import (
@@ -219,6 +227,7 @@ def coordinate(
     # The span opens once the lock is held: a busy coordinator makes none.
     with lock, rt.telemetry.span(SPAN_COORDINATE, name, {ATTR_DRIVER: driver.kind}) as span:
         answer = _step(rt, name, driver, step)
+        publish_status(rt, name)
         span.set(ATTR_OUTCOME, answer.next)
         span.set(ATTR_STATUS, answer.status)
         span.set(ATTR_REASON, answer.reason)
@@ -287,6 +296,11 @@ def _coordinate_pass(rt: Runtime, name: str, initial: StateDocument, cancel: Can
     for _ in range(job.spec.max_passes + 2):
         if cancel.cancelled:
             return _retry_soon(rt, "stopping")
+        if state.get("phase") == "finalize":
+            soaked = _finalizing(rt, job, state, soak)
+            if isinstance(soaked, Answer):
+                return soaked
+            state = soaked.state
         # Resharded (or its shard-awareness changed) since this plan: its ranges mean
         # nothing now. Re-split the same pass; the version filter skips what is done.
         if state.get("phase") == "process" and plan_is_stale(job, state.get("plan")):
@@ -488,6 +502,9 @@ def finalize(rt: Runtime, job: Job, state: StateDocument) -> Answer | NextPass:
     if job.cancel.cancelled:
         # Stopped, or the coordinator lock was lost, while counting: decide nothing.
         return _retry_soon(rt, "stopping")
+    if remaining == 0 and job.spec.validator is not None and job.direction == "forward":
+        soaked = _finalizing(rt, job, state, begin)
+        return soaked if isinstance(soaked, Answer) else NextPass(soaked.state)
     if remaining == 0:
         return _complete(rt, job, state, generation)
     if int(state.get("pass", 0)) >= job.spec.max_passes:
@@ -513,6 +530,32 @@ def finalize(rt: Runtime, job: Job, state: StateDocument) -> Answer | NextPass:
     )
     rt.store.partitions.drop_generations(name, generation - 1)
     return NextPass(following or rt.store.states.get(name) or state)
+
+
+def _finalizing(
+    rt: Runtime,
+    job: Job,
+    state: StateDocument,
+    step: Callable[[Runtime, BackgroundSpec, StateDocument], SoakStep],
+) -> Answer | NextPass:
+    """One finalize step (``begin`` the soak, or ``soak``): wait, heal with a new pass, or
+    complete once the validator is enforced."""
+    if state["status"] == "pending":
+        moved = rt.store.states.move(
+            state["_id"], from_statuses=sources("plan"), to="running", action="plan"
+        )
+        state = moved or state
+    done = step(rt, job.spec, state)
+    if done.outcome == "enforced":
+        return _complete(rt, job, done.state, int(done.state["generation"]))
+    if done.outcome == "heal":
+        return NextPass(done.state)
+    return Answer(
+        "wait",
+        status=done.state.get("status"),
+        reason="validator-soak",
+        retry_after_ms=done.retry_after_ms,
+    )
 
 
 def _remaining(rt: Runtime, job: Job, state: StateDocument) -> int:

@@ -11,8 +11,9 @@ end right there. :func:`unblock_dependents` is the runtime's ``on_completed``;
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from migronaut_core import files
@@ -22,6 +23,7 @@ from migronaut_core.background.loading import BackgroundFiles
 from migronaut_core.background.runtime import LoadedBackground, Runtime
 from migronaut_core.background.spec import BackgroundSpec, read_stored
 from migronaut_core.background.store import StateDocument
+from migronaut_core.background.validator import restore
 from migronaut_core.config import Config
 from migronaut_core.errors import (
     BackgroundPendingError,
@@ -167,29 +169,52 @@ class RunnerHooks:
 
         Goes by the spec registered at ``up`` (the file's functions, whatever its
         spec says now; collection definitions that do not load are passed over).
+        A validator its finalize set is removed first: the collection's validation
+        is restored exactly as it was before (:func:`~.validator.restore`), so the
+        revert's old-shape writes are accepted.
+
+        :raises PrivilegeMissingError: the restoring ``collMod`` was refused; nothing
+            was written.
+        :raises LockAlreadyHeldError: a coordinator step of a finalizing migration held
+            its lock past one lock TTL; nothing was written.
         """
         loaded, spec, state = self._registered_spec(migration)
-        store = self.runtime.store
-        if spec.reversible:
-            if _registered_as(state, loaded.checksum, "revert"):
-                assert state is not None
-                return {
-                    "status": state["status"],
-                    "direction": "revert",
-                    "mode": spec.mode,
-                    "waits_for": [],
-                }
-            store.states.register(
+        if spec.reversible and _registered_as(state, loaded.checksum, "revert"):
+            assert state is not None
+            return {
+                "status": state["status"],
+                "direction": "revert",
+                "mode": spec.mode,
+                "waits_for": [],
+            }
+        if not spec.reversible and self._rewritten(migration.name, state):
+            raise _irreversible(migration.name)
+        with self._finalize_stopped(state):
+            if state is not None:
+                restore(self.runtime, state)
+            if not spec.reversible:
+                self.runtime.store.states.delete(migration.name, session=ctx.session)
+                return {"status": "withdrawn", "waits_for": []}
+            self.runtime.store.states.register(
                 migration.name,
                 _registration(loaded, spec, status="pending", direction="revert", waits_for=[]),
                 action="revert",
                 session=ctx.session,
             )
-            return {"status": "pending", "direction": "revert", "mode": spec.mode, "waits_for": []}
-        if self._rewritten(migration.name, state):
-            raise _irreversible(migration.name)
-        store.states.delete(migration.name, session=ctx.session)
-        return {"status": "withdrawn", "waits_for": []}
+        return {"status": "pending", "direction": "revert", "mode": spec.mode, "waits_for": []}
+
+    @contextlib.contextmanager
+    def _finalize_stopped(self, state: StateDocument | None) -> Iterator[None]:
+        """Hold the migration's coordinator lock while a finalize validator is restored and
+        the state replaced, so no coordinator step sets the validator again in between
+        (waits up to one lock TTL for a step in progress; nothing to hold without one)."""
+        if state is None or state.get("validator") is None:
+            yield
+            return
+        lock = self.runtime.lock_for(state["_id"])
+        lock.acquire(wait_seconds=self.runtime.ttl_ms / 1000)
+        with lock:
+            yield
 
     def recorded(
         self, migration: LoadedMigration, direction: Direction, details: dict[str, Any]

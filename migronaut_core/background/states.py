@@ -5,6 +5,11 @@
 retry, reopen; or the engine's own: plan, complete, fail, unblock) takes it, or
 refuses it; :func:`sources` says what the engine's moves leave. Pure: the caller writes
 the move with a compare-and-set on ``status``.
+
+A migration that finalizes with a validator (``background.validator``) has a second,
+smaller machine on its ``validator.phase`` while it stays ``running``:
+:func:`validator_move` says where each finalize move (record, warn, enforce, restore)
+takes it from, and to.
 """
 
 from __future__ import annotations
@@ -115,3 +120,37 @@ def transition(status: str, action: str, *, migration: str) -> Transition:
     if target is None:
         return Transition(to=cast(Status, status), applied="unchanged")
     return Transition(to=target, applied="changed")
+
+
+#: Where a finalizing migration's validator is (``validator.phase``): the collection's
+#: previous validation ``recorded`` in the state, the new validator set to ``warn``
+#: (the soak), or enforced (``error``).
+ValidatorPhase: TypeAlias = Literal["recorded", "warn", "error"]
+#: The finalize moves: remember the previous validation, set the new validator to
+#: warn, enforce it, restore the previous one (``down``; the phase is removed).
+ValidatorAction: TypeAlias = Literal["record", "warn", "enforce", "restore"]
+VALIDATOR_PHASES: Final[tuple[ValidatorPhase, ...]] = get_args(ValidatorPhase)
+
+
+@dataclass(frozen=True, slots=True)
+class ValidatorMove:
+    """A finalize move: the phases it leaves (``None``: no validator phase yet) and where
+    it leads (``None``: the phase is removed)."""
+
+    sources: tuple[ValidatorPhase | None, ...]
+    to: ValidatorPhase | None
+
+
+#: Every finalize move, once. ``warn`` also leaves ``warn``: a soak that saw old-shape
+#: documents starts again once a pass healed them.
+_VALIDATOR_MOVES: Final[Mapping[ValidatorAction, ValidatorMove]] = {
+    "record": ValidatorMove((None,), "recorded"),
+    "warn": ValidatorMove(("recorded", "warn"), "warn"),
+    "enforce": ValidatorMove(("warn",), "error"),
+    "restore": ValidatorMove(("recorded", "warn", "error"), None),
+}
+
+
+def validator_move(action: ValidatorAction) -> ValidatorMove:
+    """Where the finalize move ``action`` takes a validator phase from, and to."""
+    return _VALIDATOR_MOVES[action]

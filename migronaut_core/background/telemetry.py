@@ -17,14 +17,22 @@ docs/background.md):
   (documents read): per batch written;
 - ``migronaut.background.transaction.retries``: per transactional retry, by reason;
 - ``migronaut.background.throttled``: per throttle change or lag wait, by reason;
-- ``migronaut.background.leases.reclaimed``: leases reaped after their lane died.
+- ``migronaut.background.leases.reclaimed``: leases reaped after their lane died;
+- gauges, observed at each collection from the last values reported here: per
+  migration its status (one series per status, 0 or 1), documents done and
+  remaining, failed documents, rate, lanes, hold and last progress (reported by
+  each coordinator step and control, :mod:`migronaut_core.background.gauges`);
+  per lane group the adaptive throttle's batch size and pause; the MongoDB
+  health signals' readings.
+
+Every name is defined once, in :mod:`migronaut_core.background.metric_names`.
 
 Attributes carry migration names, outcomes, reasons, error class names, shard
 names, partition ids (migronaut's own ObjectIds) and counts: never a document
 value, never an ``_id``, never an error's message.
 
 A :class:`MetricsSink` given to the kit (``Migronaut(metrics_sink=…)``) receives
-the same measurements as StatsD-style counters and timers, whether or not
+the same measurements as StatsD-style counters, timers and gauges, whether or not
 ``opentelemetry`` is installed: the Airflow provider installs one that sends them
 through Airflow's configured metrics backend. Its names (:data:`SINK_METRICS`) are
 ``migronaut.<what>``, tagged with ``migration``, ``collection`` (once known),
@@ -34,12 +42,19 @@ through Airflow's configured metrics backend. Its names (:data:`SINK_METRICS`) a
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Final, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, Literal, Protocol
+
+from migronaut_core.background import metric_names as names
+from migronaut_core.background.metric_names import Metric, MetricKind
+from migronaut_core.clock import monotonic
 
 try:
     from opentelemetry import metrics, trace
+    from opentelemetry.metrics import Observation
     from opentelemetry.trace import Status, StatusCode
 except ImportError:  # the `otel` extra is absent: telemetry stays off
     AVAILABLE = False
@@ -47,7 +62,7 @@ else:
     AVAILABLE = True
 
 if TYPE_CHECKING:
-    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider
     from opentelemetry.trace import Span, TracerProvider
 
 __all__ = [
@@ -56,6 +71,7 @@ __all__ = [
     "SINK_METRICS",
     "AttributeValue",
     "MetricsSink",
+    "MigrationReadings",
     "SpanAttributes",
     "Telemetry",
 ]
@@ -80,39 +96,39 @@ ATTR_GENERATION: Final = "migronaut.background.generation"
 ATTR_SHARD: Final = "migronaut.background.shard"
 #: A slice's counters: ``migronaut.background.counters.migrated``, ``….scanned``, …
 ATTR_COUNTERS: Final = "migronaut.background.counters"
+#: What every attribute key but ``error.type`` begins with.
+ATTR_PREFIX: Final = "migronaut.background."
 #: OpenTelemetry's own attribute: the class name of what was raised.
 ATTR_ERROR_TYPE: Final = "error.type"
 
-METRIC_SLICE_DURATION: Final = "migronaut.background.slice.duration"
-METRIC_BATCH_DURATION: Final = "migronaut.background.batch.duration"
-METRIC_BATCH_SIZE: Final = "migronaut.background.batch.size"
-METRIC_TRANSACTION_RETRIES: Final = "migronaut.background.transaction.retries"
-METRIC_THROTTLED: Final = "migronaut.background.throttled"
-METRIC_LEASES_RECLAIMED: Final = "migronaut.background.leases.reclaimed"
-METRIC_LEASES_CLAIMED: Final = "migronaut.background.leases.claimed"
-METRIC_LEASES_LOST: Final = "migronaut.background.leases.lost"
+METRIC_SLICE_DURATION: Final = names.SLICE_DURATION.otel
+METRIC_BATCH_DURATION: Final = names.BATCH_DURATION.otel
+METRIC_BATCH_SIZE: Final = names.BATCH_DOCUMENTS.otel
+METRIC_TRANSACTION_RETRIES: Final = names.TRANSACTION_RETRIES.otel
+METRIC_THROTTLED: Final = names.THROTTLED.otel
+METRIC_LEASES_RECLAIMED: Final = names.LEASES_RECLAIMED.otel
+METRIC_LEASES_CLAIMED: Final = names.LEASES_CLAIMED.otel
+METRIC_LEASES_LOST: Final = names.LEASES_LOST.otel
 
-SINK_SLICE_DURATION: Final = "migronaut.slice.duration"
-SINK_BATCH_DURATION: Final = "migronaut.batch.duration"
-SINK_BATCH_DOCUMENTS: Final = "migronaut.batch.documents"
-SINK_TRANSACTION_RETRIES: Final = "migronaut.transaction.retries"
-SINK_THROTTLED: Final = "migronaut.throttled"
-SINK_LEASES_CLAIMED: Final = "migronaut.lease.claimed"
-SINK_LEASES_RECLAIMED: Final = "migronaut.lease.reclaimed"
-SINK_LEASES_LOST: Final = "migronaut.lease.lost"
-#: Every name a :class:`MetricsSink` receives, with its kind (``timing`` in ms, or ``incr``).
-SINK_METRICS: Final = {
-    SINK_SLICE_DURATION: "timing",
-    SINK_BATCH_DURATION: "timing",
-    SINK_BATCH_DOCUMENTS: "incr",
-    SINK_TRANSACTION_RETRIES: "incr",
-    SINK_THROTTLED: "incr",
-    SINK_LEASES_CLAIMED: "incr",
-    SINK_LEASES_RECLAIMED: "incr",
-    SINK_LEASES_LOST: "incr",
+SINK_SLICE_DURATION: Final = names.SLICE_DURATION.sink
+SINK_BATCH_DURATION: Final = names.BATCH_DURATION.sink
+SINK_BATCH_DOCUMENTS: Final = names.BATCH_DOCUMENTS.sink
+SINK_TRANSACTION_RETRIES: Final = names.TRANSACTION_RETRIES.sink
+SINK_THROTTLED: Final = names.THROTTLED.sink
+SINK_LEASES_CLAIMED: Final = names.LEASES_CLAIMED.sink
+SINK_LEASES_RECLAIMED: Final = names.LEASES_RECLAIMED.sink
+SINK_LEASES_LOST: Final = names.LEASES_LOST.sink
+_SINK_CALLS: Final[Mapping[MetricKind, SinkCall]] = {
+    "timer": "timing",
+    "counter": "incr",
+    "gauge": "gauge",
 }
+#: Every name a :class:`MetricsSink` receives (``metric_names.METRICS``), with the
+#: call that receives it: ``timing`` (in ms), ``incr`` or ``gauge``.
+SINK_METRICS: Final = {metric.sink: _SINK_CALLS[metric.kind] for metric in names.METRICS}
 
 AttributeValue = str | int | float | bool
+SinkCall = Literal["timing", "incr", "gauge"]
 
 
 class SpanAttributes:
@@ -148,6 +164,43 @@ class _NoSpan(AbstractContextManager[SpanAttributes]):
 
 _NO_SPAN: Final = _NoSpan()
 
+#: A gauge series: its attributes, sorted (hashable).
+_SeriesKey = tuple[tuple[str, AttributeValue], ...]
+
+
+class _LastValues:
+    """The last value of every gauge series, which OpenTelemetry's observable gauges read
+    at each collection; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: dict[str, dict[_SeriesKey, float]] = {}
+
+    def set(self, metric: str, attributes: Mapping[str, AttributeValue], value: float) -> None:
+        with self._lock:
+            self._values.setdefault(metric, {})[tuple(sorted(attributes.items()))] = value
+
+    def observer(self, metric: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        """The callback of ``metric``'s observable gauge: one observation per series."""
+
+        def observe(_options: CallbackOptions) -> Iterable[Observation]:
+            with self._lock:
+                series = list(self._values.get(metric, {}).items())
+            return [Observation(value, dict(key)) for key, value in series]
+
+        return observe
+
+    def register(self, meter: Meter) -> None:
+        """Create the observable gauge of every gauge of the name table."""
+        for metric in names.METRICS:
+            if metric.otel_kind == "gauge":
+                meter.create_observable_gauge(
+                    metric.otel,
+                    callbacks=[self.observer(metric.otel)],
+                    unit=metric.unit,
+                    description=metric.meaning.replace("`", ""),
+                )
+
 
 class MetricsSink(Protocol):
     """Where StatsD-style metrics go besides OpenTelemetry (Airflow's ``Stats``, …).
@@ -162,6 +215,32 @@ class MetricsSink(Protocol):
 
     def timing(self, name: str, milliseconds: float, tags: Mapping[str, str]) -> None:
         """Record one duration of ``name``."""
+
+    def gauge(self, name: str, value: float, tags: Mapping[str, str]) -> None:
+        """Set the gauge ``name`` (with these tags) to ``value``, replacing the last."""
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationReadings:
+    """One migration's gauges at a coordinator step or a control (see
+    :mod:`migronaut_core.background.metric_names` for what each means).
+
+    ``statuses`` is every status there is: the status gauge sends one series per
+    status, 1 for ``status`` and 0 for the rest, so an alert matches a series
+    that exists whatever the migration did before.
+    """
+
+    migration: str
+    collection: str | None
+    status: str
+    statuses: tuple[str, ...]
+    done: int
+    remaining: int
+    failed_documents: int
+    rate: float
+    lanes: int
+    held: bool
+    last_progress: float
 
 
 class Telemetry:
@@ -184,6 +263,11 @@ class Telemetry:
     ) -> None:
         self._sink = sink if enabled else None
         self._collections: dict[str, str] = {}
+        self._last = _LastValues()
+        self._health: dict[str, dict[str, float]] = {}
+        self._sink_without_gauge = False
+        self._due: dict[str, float] = {}
+        self._due_lock = threading.Lock()
         self.otel = enabled and AVAILABLE
         #: Whether anything is reported at all (OpenTelemetry or the sink).
         self.enabled = self.otel or self._sink is not None
@@ -217,6 +301,18 @@ class Telemetry:
         self._leases_lost = meter.create_counter(
             METRIC_LEASES_LOST, unit="{lease}", description="Leases lost while working"
         )
+        self._last.register(meter)
+
+    def due(self, migration: str, every_s: float) -> bool:
+        """Whether ``every_s`` passed since the last time this answered True for
+        ``migration`` (then it starts a new wait); thread-safe."""
+        now = monotonic()
+        with self._due_lock:
+            last = self._due.get(migration)
+            if last is not None and now - last < every_s:
+                return False
+            self._due[migration] = now
+            return True
 
     def collection_of(self, migration: str, collection: str) -> None:
         """Note the collection a migration rewrites: the sink's ``collection`` tag."""
@@ -233,10 +329,93 @@ class Telemetry:
         try:
             if kind == "timing":
                 sink.timing(name, value, full)
+            elif kind == "gauge":
+                self._sink_gauge(sink, name, value, full)
             else:
                 sink.incr(name, int(value), full)
         except Exception as exc:  # a metrics backend must never fail a migration
             log.warning("the metrics sink failed on %s: %s", name, type(exc).__name__)
+
+    def _sink_gauge(
+        self, sink: MetricsSink, name: str, value: float, tags: Mapping[str, str]
+    ) -> None:
+        """Set a gauge on the sink; a sink written before gauges existed is told once."""
+        gauge = getattr(sink, "gauge", None)
+        if gauge is not None:
+            gauge(name, value, tags)
+        elif not self._sink_without_gauge:
+            self._sink_without_gauge = True
+            log.warning(
+                "the metrics sink %s has no gauge(name, value, tags); its gauges are not sent",
+                type(sink).__name__,
+            )
+
+    def _gauge(
+        self,
+        metric: Metric,
+        value: float,
+        migration: str,
+        *,
+        shard: str | None = None,
+        **more: str,
+    ) -> None:
+        """Set one series of a gauge: on the sink, and for OpenTelemetry's next collection."""
+        self._send("gauge", metric.sink, value, _tags(migration, shard, **more))
+        if self.otel:
+            attributes = {f"{ATTR_PREFIX}{key}": text for key, text in more.items()}
+            self._last.set(metric.otel, _attributes(migration, shard, attributes), value)
+
+    def migration_observed(self, readings: MigrationReadings) -> None:
+        """Report one migration's gauges (:class:`MigrationReadings`)."""
+        if not self.enabled:
+            return
+        name = readings.migration
+        if readings.collection is not None:
+            self.collection_of(name, readings.collection)
+        for status in readings.statuses:
+            self._gauge(names.STATUS, float(status == readings.status), name, status=status)
+        self._gauge(names.DONE, readings.done, name)
+        self._gauge(names.REMAINING, readings.remaining, name)
+        self._gauge(names.FAILED_DOCUMENTS, readings.failed_documents, name)
+        self._gauge(names.RATE, readings.rate, name)
+        self._gauge(names.LANES, readings.lanes, name)
+        self._gauge(names.HELD, float(readings.held), name)
+        self._gauge(names.LAST_PROGRESS, readings.last_progress, name)
+
+    def hold_observed(self, migration: str, *, held: bool) -> None:
+        """The lanes of ``migration`` began (or ended) a hold: a health signal past its
+        hard limit, or no maintenance window open.
+
+        Sent by the lane that writes the hold, at once: a coordinator step (which
+        reports the hold from the status too) may not run while lanes hold.
+        """
+        if self.enabled:
+            self._gauge(names.HELD, float(held), migration)
+
+    def throttle_observed(
+        self, migration: str, *, batch_size: int, pause_ms: int, shard: str | None = None
+    ) -> None:
+        """The adaptive throttle of ``migration`` (its ``shard``'s) now reads batches of
+        ``batch_size`` with ``pause_ms`` between them."""
+        if not self.enabled:
+            return
+        self._gauge(names.THROTTLE_BATCH_SIZE, batch_size, migration, shard=shard)
+        self._gauge(names.THROTTLE_PAUSE, pause_ms, migration, shard=shard)
+
+    def health_read(self, migration: str, readings: Mapping[str, float | bool | None]) -> None:
+        """The lanes of ``migration`` read MongoDB's health signals (``None``: not read).
+
+        Sent only when a reading differs from the last one this kit sent for the
+        migration: lanes ask before every claim, the probe reads once a second.
+        """
+        if not self.enabled:
+            return
+        values = {signal: float(value) for signal, value in readings.items() if value is not None}
+        if not values or self._health.get(migration) == values:
+            return
+        self._health[migration] = values
+        for signal, value in values.items():
+            self._gauge(names.HEALTH_READING, value, migration, signal=signal)
 
     def span(
         self, name: str, migration: str, attributes: Mapping[str, AttributeValue] | None = None

@@ -208,6 +208,31 @@ class PartitionView:
 
 
 @dataclass(frozen=True, slots=True)
+class ValidatorView:
+    """Where a migration's finalize validator is (``background.validator``).
+
+    ``phase``: ``recorded`` (the previous validation saved), ``warn`` (the soak:
+    old-shape writes are accepted with a warning) or ``error`` (enforced).
+    ``since``: when the current soak began; ``until``: its earliest end by time;
+    ``clean_passes``: clean checks in a row; ``old_shape``: the old-shape documents
+    the last check that found any counted (at least; counts only, never ids),
+    ``old_shape_seen``: their sum over the soak, ``old_shape_at``: when.
+    """
+
+    phase: str
+    since: datetime | None = field(default=None, metadata=json_field(omit="none"))
+    until: datetime | None = field(default=None, metadata=json_field(omit="none"))
+    clean_passes: int = 0
+    old_shape: int = 0
+    old_shape_seen: int = 0
+    old_shape_at: datetime | None = field(default=None, metadata=json_field(omit="none"))
+    enforced_at: datetime | None = field(default=None, metadata=json_field(omit="none"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_json_dict(self)
+
+
+@dataclass(frozen=True, slots=True)
 class BackgroundStatusView:
     """The status of one background migration, read without writing anything.
 
@@ -224,10 +249,11 @@ class BackgroundStatusView:
     oldest first, in the same order. ``plan`` is the current plan without its
     token (empty before the first plan). ``held_by``: while it runs, what holds
     its lanes (a MongoDB health signal past its hard limit, or no maintenance
-    window open; left out of the JSON when nothing does). ``window``: the
-    maintenance windows its lanes keep and when the next opens or closes (left
-    out when none apply, and once the migration completed, failed or was
-    cancelled).
+    window open; left out of the JSON when nothing does). ``validator``: the
+    finalize validator's phase and soak (:class:`ValidatorView`; left out when
+    the spec has none or it has not begun). ``window``: the maintenance windows
+    its lanes keep and when the next opens or closes (left out when none apply,
+    and once the migration completed, failed or was cancelled).
     """
 
     name: str
@@ -268,6 +294,7 @@ class BackgroundStatusView:
     pass_failed_documents: int = field(metadata=json_field(omit="always"))
     document_errors: tuple[DocumentError, ...] = field(metadata=json_field(omit="always"))
     held_by: HoldView | None = field(default=None, metadata=json_field(omit="none"))
+    validator: ValidatorView | None = field(default=None, metadata=json_field(omit="none"))
     window: WindowView | None = field(default=None, metadata=json_field(omit="none"))
 
     def to_dict(self) -> dict[str, Any]:
@@ -396,6 +423,7 @@ def status_view(
             else errors
         ),
         held_by=_hold(state),
+        validator=_validator(state),
         window=(
             None if state.get("status") in _FINISHED else _window(spec, windows, now or utc_now())
         ),
@@ -441,6 +469,23 @@ def _window(spec: Document, default: Sequence[Window], now: datetime) -> WindowV
         opens_at=where.opens_at,
         closes_at=where.closes_at,
         windows=tuple(window.to_document() for window in windows),
+    )
+
+
+def _validator(state: StateDocument) -> ValidatorView | None:
+    """The finalize validator's view (never its recorded previous validation)."""
+    validator = state.get("validator")
+    if validator is None:
+        return None
+    return ValidatorView(
+        phase=validator["phase"],
+        since=_time(validator.get("since")),
+        until=_time(validator.get("until")),
+        clean_passes=int(validator.get("clean_passes", 0)),
+        old_shape=int(validator.get("old_shape", 0)),
+        old_shape_seen=int(validator.get("old_shape_seen", 0)),
+        old_shape_at=_time(validator.get("old_shape_at")),
+        enforced_at=_time(validator.get("enforced_at")),
     )
 
 

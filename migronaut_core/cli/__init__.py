@@ -14,6 +14,12 @@ stdout (errors too, as ``{"error": {code, message, context}}``).
 BackgroundFailedError's code when it failed; RunAbortedError's code after Ctrl-C
 (lanes stop at their next batch; it resumes from its checkpoints next time).
 
+``background wait NAME [--until migrated|completed|finalized] [--timeout S]`` is a
+deploy gate: it reads the state until the migration reached the milestone (exit 0),
+ended short of it (failed, cancelled, no longer registered: :data:`NOT_COMPLETED_EXIT`,
+12) or the timeout passed (:data:`WAIT_TIMEOUT_EXIT`, 19); paused, blocked and pending
+keep it waiting. It drives nothing.
+
 ``background dry-run`` previews one on a few documents and writes nothing; it
 exits 0 whatever the documents would do (the report says).
 
@@ -57,9 +63,9 @@ The modules:
 
 from __future__ import annotations
 
-from migronaut_core.cli.background_commands import NOT_COMPLETED_EXIT
+from migronaut_core.cli.background_commands import NOT_COMPLETED_EXIT, WAIT_TIMEOUT_EXIT
 from migronaut_core.cli.entry_point import main
 from migronaut_core.cli.parser import build_parser
 from migronaut_core.cli.runner_commands import AUDIT_ERRORS_EXIT
 
-__all__ = ["AUDIT_ERRORS_EXIT", "NOT_COMPLETED_EXIT", "build_parser", "main"]
+__all__ = ["AUDIT_ERRORS_EXIT", "NOT_COMPLETED_EXIT", "WAIT_TIMEOUT_EXIT", "build_parser", "main"]

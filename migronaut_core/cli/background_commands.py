@@ -2,7 +2,10 @@
 
 Every handler returns 0 except ``run``, which returns 0 when the migration completed
 (or, with ``--once``, is still pending or running) and :data:`NOT_COMPLETED_EXIT`
-when it stopped paused, cancelled or blocked. ``watch`` hosts the live drift
+when it stopped paused, cancelled or blocked. ``wait`` (the deploy gate) returns 0
+when the migration reached its milestone, :data:`NOT_COMPLETED_EXIT` when it ended
+short of it (failed, cancelled, no longer registered) and :data:`WAIT_TIMEOUT_EXIT`
+when time ran out first. ``watch`` hosts the live drift
 watcher until Ctrl-C or SIGTERM and returns 0 after a clean stop. A name that is
 not registered raises :class:`NotAppliedError`.
 """
@@ -31,6 +34,8 @@ from migronaut_core.cli.run_progress import RunProgress, cancel_on_interrupt
 #: ``background run``'s exit status when it stopped without completing
 #: (paused, cancelled or blocked): nothing failed, but the work is not done.
 NOT_COMPLETED_EXIT = 12
+#: ``background wait``'s exit status when its ``--timeout`` passed first.
+WAIT_TIMEOUT_EXIT = 19
 
 
 def status(kit: Migronaut, args: argparse.Namespace) -> int:
@@ -201,6 +206,35 @@ def run(kit: Migronaut, args: argparse.Namespace) -> int:
     else:
         print_views([view])
     return _run_exit(view, once=args.once)
+
+
+def wait(kit: Migronaut, args: argparse.Namespace) -> int:
+    """Wait until one reaches ``--until`` (a deploy gate); the exit status says how it ended."""
+
+    def show(status: str) -> None:
+        if not args.json:
+            print(f"{args.name} is {status}", file=sys.stderr, flush=True)
+
+    try:
+        result = kit.background.wait(
+            args.name,
+            until=args.until,
+            timeout=args.timeout,
+            poll_interval=args.interval,
+            on_status=show,
+        )
+    except KeyboardInterrupt:
+        print(f"stopped waiting for {args.name}", file=sys.stderr)
+        return 130
+    if args.json:
+        emit(result.to_dict())
+    elif result.reached:
+        print(f"{args.name} {args.until} (waited {result.waited_seconds:.0f} s)")
+    elif result.outcome == "ended":
+        print(f"{args.name} is {result.status}: it will not be {args.until}", file=sys.stderr)
+    else:
+        print(f"{args.name} is {result.status}: not {args.until} in time", file=sys.stderr)
+    return {"reached": 0, "ended": NOT_COMPLETED_EXIT}.get(result.outcome, WAIT_TIMEOUT_EXIT)
 
 
 def dry_run(kit: Migronaut, args: argparse.Namespace) -> int:

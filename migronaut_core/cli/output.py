@@ -54,13 +54,23 @@ def print_views(views: list[dict[str, Any]]) -> None:
             f"{_eta_text(view.get('eta_seconds')):>7} "
             f"{(view.get('totals') or {}).get('migrated', 0):>9} "
             f"{view.get('failed_documents', 0):>7}  "
-            f"{view.get('last_error') or _held_text(view.get('held_by'))}"
+            f"{view.get('last_error') or _held_text(view.get('held_by')) or _validator_text(view)}"
         )
 
 
 def _held_text(held: Any) -> str:
     """A held migration's note where the last error would be (``HoldView.text``)."""
     return str(held.get("text") or "") if isinstance(held, dict) else ""
+
+
+def _validator_text(view: dict[str, Any]) -> str:
+    """A finalizing migration's note: its validator's phase and what the soak saw."""
+    validator = view.get("validator")
+    if not isinstance(validator, dict) or view.get("status") == "completed":
+        return ""
+    text = f"validator: {validator.get('phase')}, {validator.get('clean_passes', 0)} clean check(s)"
+    seen = validator.get("old_shape_seen", 0)
+    return f"{text}, {seen} old-shape document(s) seen" if seen else text
 
 
 def _done_of(progress: dict[str, Any]) -> str:

@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from migronaut_core import CONTROL_ACTIONS, Migronaut
+from migronaut_core import BACKGROUND_MILESTONES, CONTROL_ACTIONS, Migronaut
 from migronaut_core.background.control.actions import RETRYING, STOPPING, SUMMARIES
 from migronaut_core.cli import background_commands as background
 from migronaut_core.cli import runner_commands as runner
@@ -193,6 +193,19 @@ def _add_background_commands(actions: Any) -> None:
     run.add_argument("--concurrency", type=int, default=1, metavar="N", help="lanes (default 1)")
     run.add_argument("--slice-ms", type=int, metavar="MS", help="time per lane slice")
     run.add_argument("--once", action="store_true", help="one coordinator round, then stop")
+
+    wait = action("wait", background.wait, "wait for a milestone: a deploy gate")
+    wait.add_argument(
+        "--until",
+        choices=BACKGROUND_MILESTONES,
+        default="completed",
+        help="migrated (every document: ship the new writers), completed (default), "
+        "finalized (its validator enforced)",
+    )
+    wait.add_argument("--timeout", type=float, metavar="SECONDS", help="default: no limit")
+    wait.add_argument(
+        "--interval", type=float, default=2.0, metavar="SECONDS", help="between reads (default 2)"
+    )
 
     dry_run = action("dry-run", background.dry_run, "preview one on a few documents; write nothing")
     picked = dry_run.add_mutually_exclusive_group()

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import replace
 from datetime import timedelta
+from typing import cast
 
 from migronaut_core import files
 from migronaut_core.audit import Finding
@@ -31,11 +32,13 @@ from migronaut_core.background.coordinator import (
 from migronaut_core.background.dry_run import DryRunReport, StepDryRunReport
 from migronaut_core.background.dry_run import dry_run as preview
 from migronaut_core.background.events import Listener
+from migronaut_core.background.gate import MILESTONES, Milestone, WaitResult, wait_for_milestone
 from migronaut_core.background.lanes.driver import drive
 from migronaut_core.background.lanes.lane import LaneBinding, SliceResult, run_slice
 from migronaut_core.background.registration import runnable
 from migronaut_core.background.spec import check_slice_ms
 from migronaut_core.background.states import transition
+from migronaut_core.background.store.gate import read_gate
 from migronaut_core.background.views import (
     BackgroundStatusView,
     PartitionView,
@@ -45,7 +48,7 @@ from migronaut_core.background.views import (
     registered_names,
 )
 from migronaut_core.changelog import Actor
-from migronaut_core.checks import check_int, check_number
+from migronaut_core.checks import check_choice, check_int, check_number
 from migronaut_core.kit.base import KitBase
 from migronaut_core.kit.results import HistoryEntry, RunnableMigration
 from migronaut_core.runner import with_default_user
@@ -164,6 +167,44 @@ class Background:
             and (idle := stalled_for(self._kit._runtime, state)) is not None
             and idle >= limit
         ]
+
+    def wait(
+        self,
+        name: str,
+        *,
+        until: Milestone = "completed",
+        timeout: float | None = None,
+        poll_interval: float = 2.0,
+        cancel: CancelToken | None = None,
+        on_status: Callable[[str], None] | None = None,
+    ) -> WaitResult:
+        """Wait until ``name`` reaches ``until``, ends short of it, or ``timeout`` seconds pass.
+
+        The deploy gate (see :mod:`~migronaut_core.background.gate` for the milestones:
+        ``migrated``, ``completed``, ``finalized``): ``reached``; ``ended`` when it
+        failed, was cancelled or is no longer registered (waiting longer cannot help);
+        ``timed-out`` otherwise (also when ``cancel`` fires). Paused, blocked and
+        pending keep it waiting. Reads only; drives nothing.
+
+        :param on_status: called with each status that differs from the last seen.
+        :raises NotAppliedError: it is not registered when the wait starts.
+        :raises ConfigInvalidError: ``until``, ``timeout`` or ``poll_interval`` is invalid.
+        """
+        milestone = cast(Milestone, check_choice("until", until, MILESTONES))
+        if timeout is not None:
+            check_number("timeout", timeout, 0, unit="seconds")
+        check_number("poll_interval", poll_interval, 0.01, 3600, unit="seconds")
+        self._kit._registered(name)
+        db, collections = self._kit.db, self._kit.config.background_collections
+        return wait_for_milestone(
+            name,
+            lambda: read_gate(db, collections, name),
+            until=milestone,
+            timeout=timeout,
+            poll_interval=poll_interval,
+            cancel=cancel,
+            on_status=on_status,
+        )
 
     # -- reading (no index is created, nothing is written) ---------------------------------
 

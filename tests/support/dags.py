@@ -45,6 +45,22 @@ def xcom(dag_run: Any, task_id: str, key: str = "return_value", map_index: int =
     return None
 
 
+def asset_events(uri: str) -> list[dict[str, Any]]:
+    """The ``extra`` of every event recorded for the asset of ``uri``, oldest first."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        query = (
+            select(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .where(AssetModel.uri == uri)
+            .order_by(AssetEvent.id)
+        )
+        return [dict(event.extra or {}) for event in session.scalars(query)]
+
+
 def run_one_task(module: str, class_name: str, **arguments: Any) -> Any:
     """Run a DAG of one task, ``class_name(task_id="op", **arguments)``, with ``dag.test()``.
 

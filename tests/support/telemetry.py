@@ -7,7 +7,7 @@ meter_provider=…)`` (``make_kit(..., **captured.providers())``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,3 +100,37 @@ def _points_of(data: Any) -> Iterator[Point]:
                         yield Point(metric.name, attributes, point.sum, point.count)
                     else:
                         yield Point(metric.name, attributes, point.value)
+
+
+class RecordingSink:
+    """A metrics sink that keeps what it was sent (kind, name, value, tags), or raises
+    when told to; thread-safe enough for lanes (a list append)."""
+
+    def __init__(self, *, broken: bool = False) -> None:
+        self.sent: list[tuple[str, str, float, dict[str, str]]] = []
+        self.broken = broken
+
+    def incr(self, name: str, count: int, tags: Mapping[str, str]) -> None:
+        self._keep("incr", name, count, tags)
+
+    def timing(self, name: str, milliseconds: float, tags: Mapping[str, str]) -> None:
+        self._keep("timing", name, milliseconds, tags)
+
+    def gauge(self, name: str, value: float, tags: Mapping[str, str]) -> None:
+        self._keep("gauge", name, value, tags)
+
+    def _keep(self, kind: str, name: str, value: float, tags: Mapping[str, str]) -> None:
+        if self.broken:
+            raise ConnectionError("the metrics backend is down")
+        self.sent.append((kind, name, value, dict(tags)))
+
+    def last_gauge(self, name: str, **tags: str) -> float | None:
+        """The last value sent for the gauge series ``name`` whose tags include ``tags``."""
+        values = [
+            value
+            for kind, sent, value, sent_tags in self.sent
+            if kind == "gauge"
+            and sent == name
+            and all(sent_tags.get(key) == text for key, text in tags.items())
+        ]
+        return values[-1] if values else None

@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import Any, Final, Literal, get_args
 
 from migronaut_core.background.cancel import CancelToken
+from migronaut_core.background.gauges import publish_status
 from migronaut_core.background.lifecycle import waiting_for
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.spec import Direction, match_hash, read_stored
@@ -237,6 +238,7 @@ def control(
             },
         )
         log.info("%s: %s (%s -> %s)", name, action, state["status"], target)
+        publish_status(rt, name)
         return ControlResult("changed", target)
     raise BackgroundConflictError(
         f"background migration {name} kept changing while {action} was applied; try again",

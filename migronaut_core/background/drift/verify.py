@@ -14,9 +14,9 @@ from collections.abc import Collection, Sequence
 from typing import Any, cast
 
 from migronaut_core.background.control.actions import control
-from migronaut_core.background.indexes import probe_hint
+from migronaut_core.background.indexes import probe_query
 from migronaut_core.background.runtime import Runtime
-from migronaut_core.background.spec import BackgroundSpec, exclude_bad_ids, match_of, read_stored
+from migronaut_core.background.spec import BackgroundSpec, read_stored
 from migronaut_core.changelog import Actor
 from migronaut_core.checks import check_choice
 from migronaut_core.config import ON_DRIFT_MODES, OnDrift
@@ -81,18 +81,6 @@ def verify(
         )
         drifted.append({"migration": state["_id"], "collection": spec.collection, "action": action})
     return {"checked": checked, "drifted": drifted, "skipped": skipped}
-
-
-def probe_query(
-    rt: Runtime, spec: BackgroundSpec, bad_ids: Sequence[Any] = ()
-) -> tuple[dict[str, Any], list[tuple[str, Any]] | None]:
-    """The filter and index hint of a migration's drift probe (what :func:`verify` reads).
-
-    Old-shape documents (the source version) minus the known failed ones,
-    through the version index (or an index led by the version field).
-    """
-    assert spec.collection is not None
-    return exclude_bad_ids(match_of(spec, "forward"), list(bad_ids)), probe_hint(rt, spec)
 
 
 def _has_old_shape(rt: Runtime, spec: BackgroundSpec, bad_ids: list[Any]) -> bool:

@@ -42,6 +42,7 @@ from migronaut_core.background.planning.shard import (
     ShardKey,
     sharded_version_index_key,
 )
+from migronaut_core.background.spec import exclude_bad_ids, match_of
 from migronaut_core.required_indexes import (
     RequiredIndex,
     key_direction,
@@ -64,6 +65,7 @@ __all__ = [
     "has_probe_index",
     "probe_hint",
     "probe_index",
+    "probe_query",
     "same_index_key",
     "version_hint",
     "version_index_key",
@@ -209,6 +211,19 @@ def probe_hint(rt: Runtime, spec: BackgroundSpec) -> IndexKey | None:
     assert spec.collection is not None
     found = probe_index(rt.index_keys(spec.collection), spec.field)
     return found if found is not None else version_hint(rt, spec)
+
+
+def probe_query(
+    rt: Runtime, spec: BackgroundSpec, bad_ids: Sequence[Any] = ()
+) -> tuple[dict[str, Any], IndexKey | None]:
+    """The filter and index hint of a migration's drift probe.
+
+    Old-shape documents (the source version) minus the known failed ones,
+    through the version index (or an index led by the version field): what drift
+    verification reads and a finalize soak counts.
+    """
+    assert spec.collection is not None
+    return exclude_bad_ids(match_of(spec, "forward"), list(bad_ids)), probe_hint(rt, spec)
 
 
 def has_probe_index(rt: Runtime, collection: str, field: str) -> bool:

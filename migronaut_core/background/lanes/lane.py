@@ -55,6 +55,7 @@ from migronaut_core.background.engine.partition import (
     add_counters,
 )
 from migronaut_core.background.engine.worker import process_partition
+from migronaut_core.background.gauges import LANE_REPORT_EVERY_S, publish_status
 from migronaut_core.background.job import Job, assert_transactions, job_for, plan_is_stale
 from migronaut_core.background.lifecycle import fail_state
 from migronaut_core.background.runtime import Runtime
@@ -384,7 +385,9 @@ def _health_reading(rt: Runtime, job: Job) -> HealthReading | None:
     """The cluster's health (the probe's cached reading), when the spec watches it."""
     if job.spec.health is None:
         return None
-    return rt.throttles.health_probe(rt.client).read(rt.warn_once)
+    reading = rt.throttles.health_probe(rt.client).read(rt.warn_once)
+    rt.telemetry.health_read(job.name, reading.signals())
+    return reading
 
 
 def _hard_breach(job: Job, reading: HealthReading | None) -> HealthBreach | None:
@@ -421,6 +424,7 @@ def _hold(
             breach.limit,
         )
         rt.emit("background:throttle", {"migration": name, "reason": "held", **breach.to_dict()})
+    rt.telemetry.hold_observed(name, held=True)
     _warn_oplog_headroom(rt, name, hold["since"], reading)
     return SliceResult("held", counters, retry_after_ms=HOLD_RETRY_MS, held_by=breach)
 
@@ -450,6 +454,7 @@ def _hold_for_window(
             "background:throttle",
             {"migration": name, "reason": "held", "signal": "window", "until": until.isoformat()},
         )
+    rt.telemetry.hold_observed(name, held=True)
     wait_ms = (until - rt.wall_clock()).total_seconds() * 1000
     retry_ms = int(min(WINDOW_RETRY_MAX_MS, max(HOLD_RETRY_MS, wait_ms)))
     return SliceResult("held", counters, retry_after_ms=retry_ms, held_until=until)
@@ -476,6 +481,7 @@ def _release_hold(rt: Runtime, state: StateDocument) -> None:
     stored = state.pop("hold", None)
     if stored is None or not rt.store.states.release_hold(state["_id"]):
         return
+    rt.telemetry.hold_observed(state["_id"], held=False)
     cause = stored.get("signal") or stored.get("reason")
     log.info("%s: lanes resume: %s no longer holds them", state["_id"], cause)
     rt.emit(
@@ -654,6 +660,9 @@ def _work(held: SliceContext) -> PartitionResult:
             return PartitionResult("stopped", {})
         raise _counted_failure(held, exc) from exc
     rt.store.states.set(name, {"last_progress_at": utc_now()})
+    # A driver's coordinator may not step while its lanes work a whole pass: the lane
+    # that recorded progress reports the gauges that move with it.
+    publish_status(rt, name, every_s=LANE_REPORT_EVERY_S)
     held.emit(
         "background:slice:end",
         {

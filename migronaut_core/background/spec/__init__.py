@@ -31,8 +31,11 @@ from migronaut_core.background.spec.model import (
     LimitSense,
     Mode,
     PartitionSettings,
+    SoakSettings,
     ThrottleSettings,
     TransactionSettings,
+    ValidatorKind,
+    ValidatorSettings,
 )
 from migronaut_core.background.spec.validation import check_slice_ms, read_stored, resolve_spec
 
@@ -52,8 +55,11 @@ __all__ = [
     "LimitSense",
     "Mode",
     "PartitionSettings",
+    "SoakSettings",
     "ThrottleSettings",
     "TransactionSettings",
+    "ValidatorKind",
+    "ValidatorSettings",
     "check_slice_ms",
     "exclude_bad_ids",
     "match_hash",

@@ -220,6 +220,49 @@ class HealthSettings:
         }
 
 
+#: How ``background.validator`` names the new shape: ``version`` (the version field
+#: equals ``to``) or ``json_schema`` (a ``$jsonSchema`` document).
+ValidatorKind: TypeAlias = Literal["version", "json_schema"]
+
+
+@dataclass(frozen=True, slots=True)
+class ValidatorSettings:
+    """The validator a completed migration finalizes with (``background.validator``).
+
+    ``validator = "version"``: documents the migration's ``filter`` matches must carry
+    the version field equal to ``to`` (documents outside the filter are exempt);
+    ``validator = {"json_schema": {...}}``: documents must match the ``$jsonSchema``.
+
+    :param kind: which of the two.
+    :param json_schema: the schema (``kind == "json_schema"``), BSON-normalised.
+    """
+
+    kind: ValidatorKind
+    json_schema: dict[str, Any] | None = None
+
+    def to_document(self) -> str | dict[str, Any]:
+        """The key as a file spells it: ``"version"`` or ``{"json_schema": {...}}``."""
+        if self.kind == "version":
+            return "version"
+        return {"json_schema": clone_document(self.json_schema or {})}
+
+
+@dataclass(frozen=True, slots=True)
+class SoakSettings:
+    """How long a new validator only warns before it refuses (``background.validator_soak``).
+
+    The soak ends when both hold: ``passes`` clean checks in a row (coordinator
+    steps that found no old-shape document) and ``seconds`` since the validator
+    was set to warn (or since the last old-shape document was healed).
+
+    :param passes: clean checks in a row, 1-10000 (default 1).
+    :param seconds: 0-2592000 (30 days; default 0).
+    """
+
+    passes: int = 1
+    seconds: int = 0
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BackgroundSpec:
     """The validated ``background`` mapping of a migration file.
@@ -252,7 +295,9 @@ class BackgroundSpec:
       ``background_windows`` apply), an empty tuple for "always open"
       (:mod:`migronaut_core.windows`);
     - ``reversible`` says a way back exists (``revert``/``revert_batch``,
-      ``revert_step`` in step mode, ``revert_update`` in update mode).
+      ``revert_step`` in step mode, ``revert_update`` in update mode);
+    - ``validator`` is ``None`` in step mode; ``validator_soak`` keeps its
+      defaults when ``validator`` is ``None``.
     """
 
     collection: str | None = None
@@ -280,6 +325,8 @@ class BackgroundSpec:
     reversible: bool = False
     update: list[dict[str, Any]] | None = None
     revert_update: list[dict[str, Any]] | None = None
+    validator: ValidatorSettings | None = None
+    validator_soak: SoakSettings = dataclasses.field(default_factory=SoakSettings)
 
     def pipeline(self, direction: Direction) -> list[dict[str, Any]] | None:
         """Return a copy of the user's update stages for ``direction`` (``None``:
@@ -302,7 +349,7 @@ class BackgroundSpec:
         file (``from``/``to``, snake_case), plus ``reversible``. Off switches
         are stored as ``False`` (``transaction``, ``adaptive``, ``health``) or ``None``
         (``write_concern``, ``revision_field``, ``shard_concurrency``,
-        ``update``, ``revert_update``): running lanes take an update
+        ``update``, ``revert_update``, ``validator``): running lanes take an update
         migration's pipelines from here, not from the file.
         """
         return {
@@ -331,6 +378,8 @@ class BackgroundSpec:
             "reversible": self.reversible,
             "update": _stages_document(self.update),
             "revert_update": _stages_document(self.revert_update),
+            "validator": None if self.validator is None else self.validator.to_document(),
+            "validator_soak": dataclasses.asdict(self.validator_soak),
         }
 
 

@@ -39,9 +39,11 @@ from migronaut_core.background.spec.model import (
     HealthSignal,
     Mode,
     PartitionSettings,
+    SoakSettings,
     ThrottleSettings,
     TransactionSettings,
     Transform,
+    ValidatorSettings,
 )
 from migronaut_core.background.spec.stages import StageError, checked_stages, stamp_problem
 from migronaut_core.checks import (
@@ -240,6 +242,28 @@ def _config_error(migration: str, invalid: _InvalidError) -> ConfigInvalidError:
     )
 
 
+_VALIDATOR_KEYS: Final[Mapping[str, _Key]] = {"json_schema": _Key(_mapping, required=True)}
+
+
+def _validator(value: Any) -> ValidatorSettings:
+    """``"version"`` or ``{"json_schema": {...}}`` (a non-empty, BSON-encodable mapping)."""
+    if value == "version":
+        return ValidatorSettings("version")
+    if not isinstance(value, Mapping):
+        raise _InvalidError(
+            "must be 'version' or a mapping {'json_schema': {...}}"
+            f" (got {type(value).__name__ if not isinstance(value, str) else 'another string'})"
+        )
+    schema = _read(value, _VALIDATOR_KEYS)["json_schema"]
+    if not schema:
+        raise _InvalidError("must not be empty: an empty schema refuses nothing", "json_schema")
+    try:
+        normalised = bson.decode(bson.encode({"s": schema}, codec_options=_FILTER_CODEC))["s"]
+    except (BSONError, TypeError, ValueError, OverflowError):
+        raise _InvalidError("must be a document MongoDB can encode", "json_schema") from None
+    return ValidatorSettings("json_schema", json_schema=normalised)
+
+
 # ─── Tables ───────────────────────────────────────────────────────────────────
 
 _FILE_KEYS: Final[Mapping[str, _Key]] = {
@@ -267,6 +291,8 @@ _FILE_KEYS: Final[Mapping[str, _Key]] = {
     "windows": _Key(_optional(_windows), None),
     "update": _Key(_optional(_stages), None),
     "revert_update": _Key(_optional(_stages), None),
+    "validator": _Key(_optional(_validator), None),
+    "validator_soak": _Key(_mapping),
 }
 _STORED_KEYS: Final[Mapping[str, _Key]] = {**_FILE_KEYS, "reversible": _Key(_boolean, False)}
 
@@ -301,6 +327,10 @@ _HEALTH_BOUNDS: Final[Mapping[HealthSignal, tuple[float, float, bool]]] = {
     "write_tickets": (0.0, 1.0, False),
     "queued_operations": (0, 1_000_000, True),
     "oplog_window_s": (0, 2_592_000, True),
+}
+_SOAK_KEYS: Final[Mapping[str, _Key]] = {
+    "passes": _Key(_integer(1, 10_000), 1),
+    "seconds": _Key(_integer(0, 2_592_000), 0),
 }
 _WRITE_CONCERN_KEYS: Final[Mapping[str, _Key]] = {
     "w": _Key(_w, required=True),
@@ -369,6 +399,8 @@ def _assemble(
         reversible=reversible or values["revert_update"] is not None,
         update=values["update"],
         revert_update=values["revert_update"],
+        validator=_finalizing(values["validator"], values["validator_soak"], mode, tolerant),
+        validator_soak=_within("validator_soak", _soak, values["validator_soak"], tolerant),
     )
 
 
@@ -425,6 +457,24 @@ def _query(
         return bson.decode(bson.encode(value, codec_options=_FILTER_CODEC))
     except (BSONError, TypeError, ValueError, OverflowError):
         raise _InvalidError("must be a query document MongoDB can encode") from None
+
+
+def _finalizing(
+    validator: ValidatorSettings | None, soak: Any, mode: Mode, tolerant: bool
+) -> ValidatorSettings | None:
+    """The validator, refused in step mode; a soak needs a validator beside it (in a file)."""
+    if validator is not None and mode == "step":
+        raise _InvalidError(
+            "is not supported in step mode: a step migration has no version to validate",
+            "validator",
+        )
+    if validator is None and soak is not _DERIVED and not tolerant:
+        raise _InvalidError("needs background.validator beside it", "validator_soak")
+    return validator
+
+
+def _soak(value: Any, tolerant: bool) -> SoakSettings:
+    return SoakSettings(**_read({} if value is _DERIVED else value, _SOAK_KEYS, tolerant=tolerant))
 
 
 def _transaction(value: Any, tolerant: bool) -> TransactionSettings | None:

@@ -36,6 +36,7 @@ from migronaut_core.background.store.documents import (
     PartitionDocument,
     PlanDocument,
     StateDocument,
+    ValidatorDocument,
     WatchDocument,
     WatchLeaderDocument,
 )
@@ -148,6 +149,7 @@ __all__ = [
     "PlanDocument",
     "StateDocument",
     "StateDocuments",
+    "ValidatorDocument",
     "WatchDocument",
     "WatchLeaderDocument",
     "WatchStatusRow",

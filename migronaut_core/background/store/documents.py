@@ -9,7 +9,7 @@ that the caller knows it is there (a partition of a committed plan has a
 
 - :class:`StateDocument`: one per background migration (``states.py``), with
   its :class:`PlanDocument`, :class:`CoordinatorMark`, :class:`ControlMark` and
-  :data:`HistoryDocument` list;
+  :data:`HistoryDocument` list and its :class:`ValidatorDocument`;
 - :class:`PartitionDocument`: one scope of a plan (``partitions.py``), with the
   :class:`LeaseDocument` a lane holds on it (``leases.py``) and its
   :class:`InflightDocument`;
@@ -101,6 +101,29 @@ class HoldDocument(TypedDict, total=False):
     until: datetime
 
 
+class ValidatorDocument(TypedDict, total=False):
+    """A finalizing migration's collection validator (``validator``).
+
+    ``phase``: a :data:`~migronaut_core.background.states.ValidatorPhase`;
+    ``previous``: the collection's validation options before finalize, BSON-encoded
+    (restored exactly by ``down``); ``since``: when the current soak began (the warn,
+    or the last healed old-shape documents); ``until``: the soak's earliest end by
+    time; ``clean_passes``: clean checks in a row; ``old_shape``: old-shape documents
+    the last check that found any counted (at least), ``old_shape_seen``: their sum
+    over the soak's checks, ``old_shape_at``: when; ``enforced_at``: set to ``error``.
+    """
+
+    phase: Required[str]
+    previous: Required[bytes]
+    since: datetime
+    until: datetime
+    clean_passes: int
+    old_shape: int
+    old_shape_seen: int
+    old_shape_at: datetime
+    enforced_at: datetime
+
+
 #: One background migration's state. ``pass`` is a keyword, hence the functional form.
 StateDocument = TypedDict(
     "StateDocument",
@@ -143,6 +166,7 @@ StateDocument = TypedDict(
         "control": ControlMark,
         "reopened": int,
         "hold": HoldDocument,
+        "validator": ValidatorDocument,
     },
     total=False,
 )

@@ -19,6 +19,7 @@ from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
 from pymongo.database import Database
 
+from migronaut_core.background.states import ValidatorMove
 from migronaut_core.background.store.documents import (
     HistoryDocument,
     HoldDocument,
@@ -158,6 +159,7 @@ class StateDocuments:
                     "round": "",
                     "control": "",
                     "hold": "",
+                    "validator": "",
                 },
                 "$setOnInsert": {"created_at": now},
                 "$push": {"history": {"$each": [entry], "$slice": -MAX_HISTORY}},
@@ -246,6 +248,35 @@ class StateDocuments:
             {"_id": name, "status": {"$in": list(from_statuses)}},
             [{"$set": stage}],
             return_document=ReturnDocument.AFTER,
+        )
+
+    def move_validator(
+        self,
+        name: str,
+        move: ValidatorMove,
+        fields: Mapping[str, Any] | None = None,
+        state_fields: Mapping[str, Any] | None = None,
+    ) -> StateDocument | None:
+        """Apply a finalize move if the validator phase is one of its sources.
+
+        ``fields`` are set under ``validator`` (ignored by a move that removes the
+        phase), ``state_fields`` on the state itself (the coordinator's ``phase``).
+        Returns the state after, or None when the phase was not one of the move's
+        sources (another step moved it first; judge again).
+        """
+        phases = [phase for phase in move.sources if phase is not None]
+        matches: list[Document] = [{"validator.phase": {"$in": phases}}]
+        if None in move.sources:
+            matches.append({"validator": {"$exists": False}})
+        update: Document
+        changes: Document = {**(state_fields or {}), "updated_at": utc_now()}
+        if move.to is None:
+            update = {"$unset": {"validator": ""}, "$set": changes}
+        else:
+            nested = {f"validator.{key}": value for key, value in (fields or {}).items()}
+            update = {"$set": {"validator.phase": move.to, **nested, **changes}}
+        return self.collection.find_one_and_update(
+            {"_id": name, "$or": matches}, update, return_document=ReturnDocument.AFTER
         )
 
     def note(self, name: str, entry: Mapping[str, Any]) -> None:

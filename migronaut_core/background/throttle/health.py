@@ -133,7 +133,11 @@ class HealthReading:
 
     def value_of(self, signal: HealthSignal) -> float | bool | None:
         """The reading a signal's limits are judged on (see ``HealthSettings``)."""
-        readings: dict[HealthSignal, float | bool | None] = {
+        return self.signals()[signal]
+
+    def signals(self) -> dict[str, float | bool | None]:
+        """Every signal's reading, as its limits judge it (``None``: not read)."""
+        return {
             "flow_control": self.flow_control_lagged,
             "majority_lag_ms": self.majority_lag_ms,
             "cache_dirty": self.cache_dirty_fraction,
@@ -142,7 +146,6 @@ class HealthReading:
             "queued_operations": self.queued_operations,
             "oplog_window_s": self.oplog_capacity_seconds,
         }
-        return readings[signal]
 
     def to_dict(self) -> dict[str, Any]:
         return to_json_dict(self)

@@ -113,7 +113,9 @@ class Throttle:
     number counts as 0 and is warned about once (through ``warn``: the
     runtime's in a lane, else the throttle's own); it never fails the slice.
     Each change of the controller and each wait for lag is counted on
-    ``telemetry`` (``migronaut.background.throttled``, by reason).
+    ``telemetry`` (``migronaut.background.throttled``, by reason); the
+    controller's batch size and pause, and the health signals' readings, are
+    its gauges.
 
     With maintenance ``windows`` (judged on ``wall_clock``), :meth:`window_hold`
     says when none is open (the lane stops at the batch boundary and holds);
@@ -200,6 +202,7 @@ class Throttle:
             wall_clock=wall_clock,
             lanes=spec.max_parallel,
         )
+        throttle._observe_adaptive()
         throttle.window_hold()
         return throttle
 
@@ -255,7 +258,9 @@ class Throttle:
         """
         if self.health is None or self.health_probe is None:
             return None
-        breach = first_breach(self.health_probe.read(self.warn), self.health, "hard")
+        reading = self.health_probe.read(self.warn)
+        self.telemetry.health_read(self.migration, reading.signals())
+        breach = first_breach(reading, self.health, "hard")
         if breach is not None and self.held_by is None:
             self.telemetry.throttled(self.migration, "health", shard=self.group)
         self.held_by = breach
@@ -304,7 +309,18 @@ class Throttle:
     def _counted(self, change: ThrottleChange | None) -> ThrottleChange | None:
         if change is not None:
             self.telemetry.throttled(self.migration, change.reason, shard=self.group)
+            self._observe_adaptive()
         return change
+
+    def _observe_adaptive(self) -> None:
+        """Report the adaptive controller's batch size and pause now (its gauges)."""
+        if self.adaptive is not None:
+            self.telemetry.throttle_observed(
+                self.migration,
+                batch_size=self.adaptive.batch_size(),
+                pause_ms=self.adaptive.pause_ms(),
+                shard=self.group,
+            )
 
     def state(self) -> dict[str, int] | None:
         """The controller's state to checkpoint on the partition, or None without one."""

@@ -147,7 +147,7 @@ def test_build_dags_passes_the_connection_to_every_task(
     with deprecated_conn_id() if expect_warning else no_deprecation():
         dags = build_dags(tmp_path, **keywords)
     background = next(dag_id for dag_id in dags if dag_id.startswith("migronaut_bg__"))
-    tasks = ["coordinate", "lane", "wait_for_lanes", "continue", "resume_up"]
+    tasks = ["coordinate", "lane", "wait_for_lanes", "continue", "resume_up", "announce_completed"]
     assert dag_connections(dags) == dict.fromkeys(
         [
             "migronaut_drift.verify",

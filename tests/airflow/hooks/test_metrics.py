@@ -26,6 +26,8 @@ from airflow.sdk.observability.stats import Stats
 from pymongo.database import Database
 
 from migronaut_airflow.operators.background import dag_id_for
+from migronaut_core.background.states import STATUSES
+from migronaut_core.background.telemetry import SINK_METRICS
 from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 from tests.support.dags import load_dags, task_states
@@ -124,7 +126,7 @@ def statsd() -> Iterator[StatsdListener]:
     listener.close()
 
 
-def test_a_lane_under_airflow_sends_slice_batch_and_lease_metrics_to_statsd(
+def test_a_run_under_airflow_sends_slice_batch_lease_metrics_and_gauges_to_statsd(
     dags_folder: Path,
     migronaut_connection: str,
     mongo_uri: str,
@@ -151,13 +153,37 @@ def test_a_lane_under_airflow_sends_slice_batch_and_lease_metrics_to_statsd(
         "migronaut.batch.documents",
         "migronaut.lease.claimed",
     } <= names
+    statsd_type = {"timing": "ms", "incr": "c", "gauge": "g"}
     for name, tags, _value, kind in metrics:
         assert tags["migration"] == SPLIT_NAME, (name, tags)
         assert tags["collection"] == "users", (name, tags)
-        assert kind == ("ms" if name.endswith(".duration") else "c"), (name, kind)
+        assert kind == statsd_type[SINK_METRICS[name]], (name, kind)
     read = sum(value for name, _, value, _ in metrics if name == "migronaut.batch.documents")
     assert read == DOCUMENTS
     outcomes = {tags["outcome"] for name, tags, *_ in metrics if name == "migronaut.slice.duration"}
     assert "exhausted" in outcomes
     claims = [value for name, _, value, _ in metrics if name == "migronaut.lease.claimed"]
     assert len(claims) >= 1 and set(claims) == {1.0}
+
+    def last(name: str, **tags: str) -> float:
+        values = [
+            value
+            for sent, sent_tags, value, _ in metrics
+            if sent == name and all(sent_tags.get(k) == v for k, v in tags.items())
+        ]
+        assert values, (name, tags)
+        return values[-1]
+
+    # The coordinate tasks' gauges: the status as one series per status, the progress.
+    for status in STATUSES:
+        assert last("migronaut.migration.status", status=status) == (status == "completed")
+    assert last("migronaut.migration.done") == DOCUMENTS
+    assert last("migronaut.migration.remaining") == 0
+    assert last("migronaut.migration.failed_documents") == 0
+    assert last("migronaut.migration.lanes") == 0
+    running = [
+        value
+        for name, tags, value, _ in metrics
+        if name == "migronaut.migration.status" and tags["status"] == "running"
+    ]
+    assert 1.0 in running  # a step reported it running before it completed

@@ -51,6 +51,7 @@ def test_the_provider_lists_every_trigger() -> None:
             "migronaut_airflow.triggers.delay",
             "migronaut_airflow.triggers.drift",
             "migronaut_airflow.triggers.stall",
+            "migronaut_airflow.triggers.gate",
         ],
     }
     for module in triggers["python-modules"]:

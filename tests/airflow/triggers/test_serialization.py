@@ -36,6 +36,14 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "stall_seconds": 90.0,
         "poll_seconds": 7.0,
     },
+    "MigrationMilestoneTrigger": {
+        "mongo_conn_id": "shop_db",
+        "database": "shop",
+        "migration": "20260101000000_orders",
+        "until": "completed",
+        "collection_prefix": "mig_bg",
+        "poll_interval": 4.5,
+    },
     "BackgroundLanesTrigger": {
         "mongo_conn_id": "shop_db",
         "database": "shop",

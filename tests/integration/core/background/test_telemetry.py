@@ -15,6 +15,7 @@ import pytest
 from pymongo import MongoClient
 from pymongo.database import Database
 
+from migronaut_core.background import metric_names
 from migronaut_core.errors import MigronautError
 from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, write_background
@@ -25,16 +26,8 @@ MARKER = "Zq7Marker"
 NAME = "migronaut.background.name"
 OUTCOME = "migronaut.background.outcome"
 REASON = "migronaut.background.reason"
-METRICS = {
-    "migronaut.background.slice.duration",
-    "migronaut.background.batch.duration",
-    "migronaut.background.batch.size",
-    "migronaut.background.transaction.retries",
-    "migronaut.background.throttled",
-    "migronaut.background.leases.reclaimed",
-    "migronaut.background.leases.claimed",
-    "migronaut.background.leases.lost",
-}
+#: Every OpenTelemetry name, from the one table.
+METRICS = {metric.otel for metric in metric_names.METRICS}
 
 
 def seed_marked(db: Database[dict[str, Any]], count: int) -> None:

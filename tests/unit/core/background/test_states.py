@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 import pytest
 
 from migronaut_core.background.states import (
     STATUSES,
     TERMINAL,
+    VALIDATOR_PHASES,
     Transition,
+    ValidatorAction,
+    ValidatorMove,
     sources,
     transition,
+    validator_move,
 )
 from migronaut_core.errors import BackgroundConflictError
 from tests.support.spec import NAME, refused
@@ -150,3 +156,13 @@ def test_the_engines_moves_leave_only_the_statuses_the_state_machine_lists() -> 
     assert sources("complete") == ("pending", "running")
     assert sources("fail") == ("pending", "blocked", "running")
     assert sources("unblock") == ("blocked",)
+
+
+def test_the_finalize_moves_go_record_warn_enforce_and_restore_removes_the_phase() -> None:
+    assert validator_move("record") == ValidatorMove((None,), "recorded")
+    assert validator_move("warn").sources == ("recorded", "warn")  # a healed soak restarts
+    assert validator_move("enforce") == ValidatorMove(("warn",), "error")
+    restore = validator_move("restore")
+    assert restore.to is None and set(restore.sources) == set(VALIDATOR_PHASES)
+    reached = {validator_move(action).to for action in get_args(ValidatorAction)}
+    assert reached - {None} == set(VALIDATOR_PHASES)
