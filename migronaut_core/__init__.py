@@ -59,6 +59,7 @@ from migronaut_core.background.views import (
     LanePacing,
     PartitionView,
     ValidatorView,
+    WindowView,
 )
 from migronaut_core.baseline import BaselineResult
 from migronaut_core.bson_values import iso_time
@@ -209,6 +210,7 @@ __all__ = [
     "WatchLeader",
     "WatchResume",
     "WatchStatus",
+    "WindowView",
     "check_control",
     "check_int",
     "config_from_text",

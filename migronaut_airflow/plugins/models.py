@@ -101,6 +101,18 @@ class Throughput(BaseModel):
     series: list[ThroughputPoint]
 
 
+class WindowSchedule(BaseModel):
+    """The maintenance windows a migration's lanes keep, and where the clock stands."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    source: str = Field(description="spec (the migration's own) or target (the config's)")
+    open: bool = Field(description="lanes may work now")
+    rate: str | None = Field(None, description="the open window's rate: full speed, 50%, …")
+    opens_at: IsoTime = Field(None, description="closed: when the next window opens")
+    closes_at: IsoTime = Field(None, description="open: when the open stretch ends")
+
+
 class MigrationSummary(BaseModel):
     """One background migration as the list shows it."""
 
@@ -133,6 +145,12 @@ class MigrationSummary(BaseModel):
     partition_counts: dict[str, int] = Field(description="partitions of this pass by status")
     failed_documents: int
     last_error: Text = None
+    held: Text = Field(
+        None,
+        description="what holds the lanes, in words: 'waiting for window until …', or a "
+        "MongoDB health signal past its hard limit",
+    )
+    window: WindowSchedule | None = Field(None, description="the maintenance windows, if any")
     waits_for: list[str] = Field(description="required migrations not completed yet (blocked)")
     requires: list[str]
     throughput: Throughput

@@ -131,6 +131,11 @@ class _Reading:
     def dag_id(self) -> str:
         return dag_id_for(self.view.name, self.target)
 
+    @property
+    def held(self) -> str | None:
+        """What holds the lanes, as the status's hold says it in words."""
+        return None if self.view.held_by is None else self.view.held_by.text
+
 
 @dataclass(frozen=True, slots=True)
 class _DetailReading(_Reading):

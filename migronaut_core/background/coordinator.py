@@ -18,7 +18,7 @@ it; a step that finds the lock held answers ``busy``. A step answers:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -180,15 +180,20 @@ def stalled_for(
 
 
 def last_activity(state: StateDocument, last_partition_write: Any) -> datetime | None:
-    """The latest of a state's progress, its coordinator step and a partition write:
-    what :func:`stalled_for` measures from (the async stall watch too)."""
+    """The latest of a state's progress, its coordinator step, a partition write and a
+    lane's confirmation of a hold (a maintenance window's opening, if later): what
+    :func:`stalled_for` measures from (the async stall watch too). Lanes that hold on
+    purpose are not stalled, nor are those waiting for a window until it opens."""
     mark = state.get("coordinator")
+    hold: Mapping[str, Any] = state.get("hold") or {}
     seen = [
         aware(value)
         for value in (
             state.get("last_progress_at"),
             mark.get("at") if mark else None,
             last_partition_write,
+            hold.get("at"),
+            hold.get("until"),
         )
         if isinstance(value, datetime)
     ]

@@ -160,7 +160,11 @@ def _add_background_commands(actions: Any) -> None:
         return command
 
     status = action(
-        "status", background.status, "status of one background migration or all", named=False
+        "status",
+        background.status,
+        "status of one background migration or all, and what holds its lanes "
+        "(waiting for a maintenance window, a health signal)",
+        named=False,
     )
     status.add_argument("name", metavar="NAME", nargs="?", help="one background migration")
     action("partitions", background.partitions, "partitions of the current pass")

@@ -134,7 +134,12 @@ class Background:
             until_done=until_done,
             cancel=cancel,
         )
-        return read_status(self._kit._runtime.store, name)
+        return read_status(
+            self._kit._runtime.store,
+            name,
+            windows=self._kit._runtime.windows,
+            now=self._kit._runtime.wall_clock(),
+        )
 
     def runnable(self) -> list[RunnableMigration]:
         """Background migrations with work to do, oldest first (blocked ones whose
@@ -158,7 +163,9 @@ class Background:
         limit = timedelta(seconds=stall_seconds)
         return [
             view.name
-            for view in read_statuses(store, statuses=["running"])
+            for view in read_statuses(
+                store, statuses=["running"], windows=self._kit._runtime.windows
+            )
             if (state := store.states.get(view.name)) is not None
             and (idle := stalled_for(self._kit._runtime, state)) is not None
             and idle >= limit
@@ -210,7 +217,12 @@ class Background:
         Reads only: no index is created and nothing is written (a blocked one
         is not unblocked here).
         """
-        return read_status(self._kit._runtime.store, name)
+        return read_status(
+            self._kit._runtime.store,
+            name,
+            windows=self._kit._runtime.windows,
+            now=self._kit._runtime.wall_clock(),
+        )
 
     def statuses(
         self,
@@ -224,7 +236,13 @@ class Background:
         :param statuses: only those in these statuses (empty or None: any).
         Reads only, like :meth:`status`.
         """
-        return read_statuses(self._kit._runtime.store, names=names, statuses=statuses)
+        return read_statuses(
+            self._kit._runtime.store,
+            names=names,
+            statuses=statuses,
+            windows=self._kit._runtime.windows,
+            now=self._kit._runtime.wall_clock(),
+        )
 
     def names(self) -> list[str]:
         """Every registered background migration, oldest first; reads only."""

@@ -34,7 +34,7 @@
     M.setText(summary, '[data-field="processed"]', String(m.processed));
     const estimate = M.estimate(m.progress);
     M.setText(summary, '[data-field="estimate"]', estimate);
-    M.setText(summary, '[data-field="eta"]', m.status === "running" ? M.duration(m.eta_seconds) : "–");
+    M.setText(summary, '[data-field="eta"]', M.eta(m));
     M.setText(summary, '[data-field="pass"]', m.pass);
     const lanes = m.max_parallel ? m.live_leases + " / " + m.max_parallel : m.live_leases;
     M.setText(summary, '[data-field="lanes"]', lanes);
@@ -48,7 +48,7 @@
     M.setText(summary, '[data-field="mode"]', shown.text).title = shown.title;
     M.setText(summary, '[data-field="phase"]', m.phase || "–");
     M.setText(summary, '[data-field="waits"]', m.waits_for.length ? m.waits_for.join(", ") : "–");
-    M.setText(summary, '[data-field="last_error"]', m.last_error || "–");
+    M.setText(summary, '[data-field="last_error"]', m.last_error || m.held || "–");
     document.querySelector('[data-role="readonly"]').hidden = m.permissions.can_control;
   }
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from pymongo.client_session import ClientSession
@@ -88,13 +89,19 @@ class PartitionResult:
     error: MigronautError | None = None
     #: Why a ``held`` partition was let go: the server health signal past its hard limit.
     held_by: HealthBreach | None = None
+    #: Or: no maintenance window is open; when the next one opens.
+    held_until: datetime | None = None
 
 
 def held(ctx: PartitionContext, counters: dict[str, int]) -> PartitionResult | None:
-    """A ``held`` result when a server health signal is past its hard limit; None: go on.
+    """A ``held`` result outside every maintenance window or while a server health signal
+    is past its hard limit; None: go on.
 
     Asked at a batch boundary, before anything of the next batch is written.
     """
+    closed = ctx.throttle.window_hold()
+    if closed is not None:
+        return PartitionResult("held", counters, held_until=closed.opens_at)
     breach = ctx.throttle.hard_breach()
     return None if breach is None else PartitionResult("held", counters, held_by=breach)
 

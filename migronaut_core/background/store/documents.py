@@ -83,19 +83,24 @@ class ControlMark(TypedDict, total=False):
     reason: str
 
 
-class HealthHoldDocument(TypedDict):
-    """Why the lanes hold (``health_hold``): a server health signal past its hard limit.
+class HoldDocument(TypedDict, total=False):
+    """Why the lanes hold (``hold``), for one ``reason``.
 
-    ``since``: when the hold on this signal began; ``at``: when ``reading`` was taken.
-    Removed once a lane finds every signal within its hard limit.
+    ``health``: a server health signal (``signal``) past its hard limit
+    (``level``, ``reading``, ``limit``). ``window``: no maintenance window is
+    open; ``until``: when the next one opens. ``since``: when this hold began;
+    ``at``: when a lane last confirmed it (refreshed about every 10 s while
+    lanes look). Removed by the first lane that finds nothing holding it.
     """
 
+    reason: Required[str]
+    since: Required[datetime]
+    at: Required[datetime]
     signal: str
     level: str
     reading: float | bool
     limit: float | bool
-    since: datetime
-    at: datetime
+    until: datetime
 
 
 class ValidatorDocument(TypedDict, total=False):
@@ -177,7 +182,7 @@ StateDocument = TypedDict(
         "round": int,
         "control": ControlMark,
         "reopened": int,
-        "health_hold": HealthHoldDocument,
+        "hold": HoldDocument,
         "validator": ValidatorDocument,
         "replay": "ReplayDocument | None",
     },
@@ -280,8 +285,8 @@ __all__ = [
     "ControlMark",
     "ConvergeLogDocument",
     "CoordinatorMark",
-    "HealthHoldDocument",
     "HistoryDocument",
+    "HoldDocument",
     "InflightDocument",
     "LeaseDocument",
     "PartitionDocument",

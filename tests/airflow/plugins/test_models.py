@@ -19,10 +19,12 @@ from migronaut_airflow.plugins.throughput import ThroughputSampler
 from migronaut_core import (
     BackgroundStatusView,
     HistoryEntry,
+    HoldView,
     Migronaut,
     WatchLeader,
     WatchResume,
     WatchStatus,
+    WindowView,
 )
 from tests.support.result_shapes import CASES
 
@@ -154,6 +156,8 @@ EXPECTED: dict[str, Any] = {
             "partition_counts": {"running": 1},
             "failed_documents": 2,
             "last_error": "boom",
+            "held": None,
+            "window": None,
             "waits_for": ["a"],
             "requires": ["a", "b"],
             "throughput": {
@@ -196,6 +200,8 @@ EXPECTED: dict[str, Any] = {
             "partition_counts": {},
             "failed_documents": 0,
             "last_error": None,
+            "held": None,
+            "window": None,
             "waits_for": [],
             "requires": [],
             "throughput": {
@@ -240,6 +246,8 @@ EXPECTED: dict[str, Any] = {
             "partition_counts": {"running": 1},
             "failed_documents": 2,
             "last_error": "boom",
+            "held": None,
+            "window": None,
             "waits_for": ["a"],
             "requires": ["a", "b"],
             "throughput": {
@@ -397,6 +405,8 @@ EXPECTED: dict[str, Any] = {
             "partition_counts": {},
             "failed_documents": 0,
             "last_error": None,
+            "held": None,
+            "window": None,
             "waits_for": [],
             "requires": [],
             "throughput": {
@@ -457,3 +467,29 @@ EXPECTED: dict[str, Any] = {
         },
     ],
 }
+
+
+def test_a_migration_waiting_for_a_window_says_so_and_when_it_opens() -> None:
+    opens = datetime(2026, 6, 2, 1, 0, tzinfo=UTC)
+    waiting = dataclasses.replace(
+        STATUS,
+        last_error=None,
+        held_by=HoldView(None, None, None, None, None, None, reason="window", until=opens),
+        window=WindowView(
+            source="target", open=False, rate=None, opens_at=opens, closes_at=None, windows=()
+        ),
+    )
+    sampler = ThroughputSampler(clock=lambda: 1000.0)
+    kit = cast("Migronaut", FakeKit(waiting))
+    (row,) = summaries(kit, [waiting.name], None, sampler, "default")
+    one = detail(kit, waiting.name, sampler, Permissions(can_control=True, can_trigger=False))
+    for model in (row, one):
+        sent = shown(model)
+        assert sent["held"] == "waiting for window until 2026-06-02 01:00 UTC"
+        assert sent["window"] == {
+            "source": "target",
+            "open": False,
+            "rate": None,
+            "opens_at": "2026-06-02T01:00:00+00:00",
+            "closes_at": None,
+        }
