@@ -113,6 +113,21 @@ class WindowSchedule(BaseModel):
     closes_at: IsoTime = Field(None, description="open: when the open stretch ends")
 
 
+class ValidatorState(BaseModel):
+    """Where a finalizing migration's collection validator is (counts only, never ids)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    phase: str = Field(description="recorded, warn (the soak) or error (enforced)")
+    since: IsoTime = Field(None, description="when the current soak began")
+    until: IsoTime = Field(None, description="the soak's earliest end by time")
+    clean_passes: int = Field(0, description="clean checks in a row")
+    old_shape: int = Field(0, description="old-shape documents the last check that found any saw")
+    old_shape_seen: int = Field(0, description="old-shape documents seen over the soak")
+    old_shape_at: IsoTime = None
+    enforced_at: IsoTime = Field(None, description="when validationAction became error")
+
+
 class MigrationSummary(BaseModel):
     """One background migration as the list shows it."""
 
@@ -151,6 +166,9 @@ class MigrationSummary(BaseModel):
         "MongoDB health signal past its hard limit",
     )
     window: WindowSchedule | None = Field(None, description="the maintenance windows, if any")
+    validator: ValidatorState | None = Field(
+        None, description="the finalize validator, when the spec declares one and it began"
+    )
     waits_for: list[str] = Field(description="required migrations not completed yet (blocked)")
     requires: list[str]
     throughput: Throughput

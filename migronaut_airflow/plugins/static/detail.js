@@ -47,9 +47,19 @@
     const shown = M.mode(m);
     M.setText(summary, '[data-field="mode"]', shown.text).title = shown.title;
     M.setText(summary, '[data-field="phase"]', m.phase || "–");
+    M.setText(summary, '[data-field="validator"]', validatorText(m.validator));
     M.setText(summary, '[data-field="waits"]', m.waits_for.length ? m.waits_for.join(", ") : "–");
     M.setText(summary, '[data-field="last_error"]', m.last_error || m.held || "–");
     document.querySelector('[data-role="readonly"]').hidden = m.permissions.can_control;
+  }
+
+  // The finalize validator in words: its phase, the soak's clean checks and old-shape counts.
+  function validatorText(v) {
+    if (!v) return "–";
+    if (v.phase === "error") return "enforced (error)";
+    if (v.phase === "recorded") return "about to warn";
+    const seen = v.old_shape_seen ? ", " + M.count(v.old_shape_seen) + " old-shape seen" : "";
+    return "soaking (warn): " + v.clean_passes + " clean check(s)" + seen;
   }
 
   function partitionRow(p) {

@@ -21,6 +21,7 @@ from migronaut_core import (
     HistoryEntry,
     HoldView,
     Migronaut,
+    ValidatorView,
     WatchLeader,
     WatchResume,
     WatchStatus,
@@ -126,6 +127,32 @@ def test_summaries_and_details_send_the_pinned_json() -> None:
     assert json.dumps(sent) == json.dumps(EXPECTED)
 
 
+def test_a_soaking_validator_shows_its_phase_and_counts() -> None:
+    soaking = dataclasses.replace(
+        STATUS,
+        validator=ValidatorView(
+            phase="warn",
+            since=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+            clean_passes=1,
+            old_shape=2,
+            old_shape_seen=5,
+        ),
+    )
+    kit = cast("Migronaut", FakeKit(soaking))
+    sampler = ThroughputSampler(clock=lambda: 1000.0)
+    (row,) = summaries(kit, [soaking.name], None, sampler, "default")
+    assert shown(row)["validator"] == {
+        "phase": "warn",
+        "since": "2026-01-02T03:04:05+00:00",
+        "until": None,
+        "clean_passes": 1,
+        "old_shape": 2,
+        "old_shape_seen": 5,
+        "old_shape_at": None,
+        "enforced_at": None,
+    }
+
+
 EXPECTED: dict[str, Any] = {
     "summaries": [
         {
@@ -158,6 +185,7 @@ EXPECTED: dict[str, Any] = {
             "last_error": "boom",
             "held": None,
             "window": None,
+            "validator": None,
             "waits_for": ["a"],
             "requires": ["a", "b"],
             "throughput": {
@@ -202,6 +230,7 @@ EXPECTED: dict[str, Any] = {
             "last_error": None,
             "held": None,
             "window": None,
+            "validator": None,
             "waits_for": [],
             "requires": [],
             "throughput": {
@@ -248,6 +277,7 @@ EXPECTED: dict[str, Any] = {
             "last_error": "boom",
             "held": None,
             "window": None,
+            "validator": None,
             "waits_for": ["a"],
             "requires": ["a", "b"],
             "throughput": {
@@ -407,6 +437,7 @@ EXPECTED: dict[str, Any] = {
             "last_error": None,
             "held": None,
             "window": None,
+            "validator": None,
             "waits_for": [],
             "requires": [],
             "throughput": {
