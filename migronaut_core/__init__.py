@@ -100,6 +100,7 @@ from migronaut_core.errors import (
     PrivilegeMissingError,
     RunAbortedError,
     TransactionsUnsupportedError,
+    UndoUnavailableError,
 )
 from migronaut_core.kit import Background, Drift, Migronaut, Runs
 from migronaut_core.kit.results import (
@@ -200,6 +201,7 @@ __all__ = [
     "StatusRow",
     "StepDryRunReport",
     "TransactionsUnsupportedError",
+    "UndoUnavailableError",
     "ValidatorView",
     "VerifyReport",
     "WaitResult",

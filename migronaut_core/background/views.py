@@ -209,6 +209,9 @@ class BackgroundStatusView:
     health signal past its hard limit that holds its lanes (left out of the JSON
     when none does). ``validator``: the finalize validator's phase and soak
     (:class:`ValidatorView`; left out when the spec has none or it has not begun).
+    ``undo``: ``journal`` when this registration is an undo from the journal
+    (``direction`` is then ``revert``; the documents it left because they changed
+    since are its failed documents, reason ``changed``); left out otherwise.
     """
 
     name: str
@@ -250,6 +253,7 @@ class BackgroundStatusView:
     document_errors: tuple[DocumentError, ...] = field(metadata=json_field(omit="always"))
     held_by: HoldView | None = field(default=None, metadata=json_field(omit="none"))
     validator: ValidatorView | None = field(default=None, metadata=json_field(omit="none"))
+    undo: str | None = field(default=None, metadata=json_field(omit="none"))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape of the CLI's ``--json`` and the UI's JSON API."""
@@ -350,6 +354,7 @@ def status_view(store: BackgroundStore, state: StateDocument) -> BackgroundStatu
         ),
         held_by=_hold(state),
         validator=_validator(state),
+        undo=state.get("undo"),
     )
 
 

@@ -5,7 +5,7 @@ that works one background migration at a time through the engine's
 :class:`~migronaut_core.background.runtime.Runtime`: the coordinator step,
 slices and in-process runs, the typed status views and reads (reads only), the
 one control entry point (:meth:`Background.control`: pause, resume, cancel,
-retry, repin, unlock), the dry run, the background audit and the engine's
+retry, repin, unlock, undo), the dry run, the background audit and the engine's
 events.
 """
 
@@ -262,6 +262,10 @@ class Background:
         file on disk first with ``repin``. ``repin``: the file on disk becomes
         its version (its checksum in the changelog too, and ``checksum`` on the
         result; ``replan`` says whether its partitions are planned again).
+        ``undo``: a migration with ``undo = "journal"`` that no longer runs
+        (completed, failed or cancelled) is registered as its undo, a revert
+        pass that puts back every document still exactly as it wrote it from
+        its journal and leaves (and lists by ``_id``) those changed since.
         ``unlock``: clears the coordinator lock and every lease (``lock``,
         ``leases``; its status is unchanged) of any name, registered or not (a
         lock left behind by a withdrawn migration: status ``unregistered``).
@@ -271,7 +275,8 @@ class Background:
 
         :raises ConfigInvalidError: an unknown action, or an option it does not take.
         :raises NotAppliedError: it is not registered (any action but ``unlock``).
-        :raises BackgroundConflictError: the action does not fit its status.
+        :raises BackgroundConflictError: the action does not fit its status
+            (:class:`~migronaut_core.errors.UndoUnavailableError` for an undo).
         """
         action = controls.check_control(action, wait=wait, repin=repin)
         who = with_default_user(Actor(requested_by=requested_by, reason=reason))
@@ -286,6 +291,8 @@ class Background:
             return controls.unlock(self._kit._runtime, name, actor=who)
         if action == "repin":
             return self._repin(name, who)
+        if action == "undo":
+            return controls.undo(self._kit._runtime, name, actor=who)
         replan = self._repin_for_retry(name, who) if repin else None
         if action == "retry_from_start":
             result = controls.control(self._kit._runtime, name, "retry", actor=who, from_start=True)
