@@ -21,12 +21,14 @@ from pymongo import ASCENDING, ReplaceOne
 from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
 from pymongo.database import Database
+from pymongo.errors import BulkWriteError
 from pymongo.write_concern import WriteConcern
 
 from migronaut_core.background.store.documents import JournalDocument, JournalKey
 from migronaut_core.bson_values import canonical_id_key
 from migronaut_core.clock import utc_now
 from migronaut_core.required_indexes import RequiredIndex
+from migronaut_core.server_errors import duplicate_key_indexes
 
 __all__ = ["JOURNAL_WRITE_CONCERN", "BeforeImage", "UndoJournal"]
 
@@ -75,31 +77,27 @@ class UndoJournal:
 
         Returns once the server acknowledged them: in ``session``'s transaction
         (they commit with it), else with ``write_concern``
-        (:data:`JOURNAL_WRITE_CONCERN` when ``None``). Idempotent.
+        (:data:`JOURNAL_WRITE_CONCERN` when ``None``). Idempotent. Outside a
+        transaction the entries are inserted, and only those whose document has
+        an entry already are replaced (measured by ``bench.undo_journal``: one
+        batched insert costs far less than as many upserts).
         """
         if not images:
             return
-        now = utc_now()
-        expires = now + timedelta(seconds=retention_s)
-        ops = []
-        for doc, revision in images:
-            key = journal_key(migration, doc["_id"])
-            entry: JournalDocument = {
-                "_id": key,
-                "migration": migration,
-                "generation": generation,
-                "before": dict(doc),
-                "revision": revision,
-                "written": revision + 1,
-                "at": now,
-                "expires_at": expires,
-            }
-            ops.append(ReplaceOne({"_id": key}, cast(Document, entry), upsert=True))
-        target = self.collection
-        if session is None:
-            concern = WriteConcern(**(write_concern or JOURNAL_WRITE_CONCERN))
-            target = self.collection.with_options(write_concern=concern)
-        target.bulk_write(ops, ordered=False, session=session)
+        entries = _entries(migration, generation, images, retention_s)
+        if session is not None:
+            # A duplicate key would abort the transaction: replace each entry.
+            self.collection.bulk_write(_replacements(entries), ordered=False, session=session)
+            return
+        concern = WriteConcern(**(write_concern or JOURNAL_WRITE_CONCERN))
+        target = self.collection.with_options(write_concern=concern)
+        try:
+            target.insert_many(entries, ordered=False)
+        except BulkWriteError as exc:
+            kept = duplicate_key_indexes(exc)
+            if kept is None:
+                raise
+            target.bulk_write(_replacements([entries[index] for index in kept]), ordered=False)
 
     def entries(self, migration: str, ids: Sequence[Any]) -> dict[str, JournalDocument]:
         """``migration``'s entries for these document ``_id``s, by canonical ``_id`` key."""
@@ -119,3 +117,28 @@ class UndoJournal:
     def has_entries(self, migration: str) -> bool:
         """Whether ``migration`` has any entry."""
         return self.collection.find_one({"migration": migration}, {"_id": 1}) is not None
+
+
+def _entries(
+    migration: str, generation: int, images: Sequence[BeforeImage], retention_s: int
+) -> list[Document]:
+    now = utc_now()
+    expires = now + timedelta(seconds=retention_s)
+    entries = []
+    for doc, revision in images:
+        entry: JournalDocument = {
+            "_id": journal_key(migration, doc["_id"]),
+            "migration": migration,
+            "generation": generation,
+            "before": dict(doc),
+            "revision": revision,
+            "written": revision + 1,
+            "at": now,
+            "expires_at": expires,
+        }
+        entries.append(cast(Document, entry))
+    return entries
+
+
+def _replacements(entries: Sequence[Document]) -> list[ReplaceOne[Document]]:
+    return [ReplaceOne({"_id": entry["_id"]}, entry, upsert=True) for entry in entries]
