@@ -12,6 +12,7 @@ from pymongo.database import Database
 
 from migronaut_core import (
     BackgroundConflictError,
+    BackgroundFailedError,
     Migronaut,
     NotAppliedError,
     UndoUnavailableError,
@@ -176,3 +177,19 @@ def test_a_transactional_pass_journals_in_its_transaction_and_undoes_exactly(
     view = kit.background.status(SPLIT_NAME)
     assert view is not None and view.status == "completed"
     assert [sample["id"] for sample in view.failed_document_samples] == [7]
+
+
+def test_no_document_is_rewritten_before_its_before_image_is_kept(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    write_journaled(migrations, extra='"max_slice_failures": 1,')
+    seed_users(db, 80)
+    # A journal that refuses every entry: each batch must fail before its guarded write.
+    db.create_collection(JOURNAL, validator={"$jsonSchema": {"required": ["refused"]}})
+    kit.runs.up()
+
+    with pytest.raises(BackgroundFailedError):
+        kit.background.run(SPLIT_NAME)
+
+    assert db.users.count_documents({"_v": 2}) == 0
+    assert db.users.count_documents({"_v": 1, "name": {"$exists": True}}) == 80
