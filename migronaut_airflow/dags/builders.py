@@ -370,6 +370,11 @@ def control_dag(settings: TargetSettings, options: DagOptions) -> DAG:
             "migration": Param("", type="string", description="the background migration's name"),
             "action": Param("pause", type="string", enum=list(CONTROL_ACTIONS)),
             "reason": Param("", type="string", description="why (recorded in its history)"),
+            "failed_only": Param(
+                False,
+                type="boolean",
+                description="retry: only the documents it could not rewrite",
+            ),
         },
     ) as dag:
         control = BackgroundControlOperator(
@@ -377,6 +382,7 @@ def control_dag(settings: TargetSettings, options: DagOptions) -> DAG:
             migration="{{ params.migration }}",
             action="{{ params.action }}",
             reason="{{ params.reason }}",
+            failed_only="{{ params.failed_only }}",
             authorize_runs=settings.authorize_runs,
             **admin,
         )

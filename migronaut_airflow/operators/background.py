@@ -29,6 +29,7 @@ from migronaut_core import (
     STALL_SECONDS,
     Answer,
     CancelToken,
+    ConfigInvalidError,
     Driver,
     LaneBinding,
     Migronaut,
@@ -519,10 +520,18 @@ class BackgroundControlOperator(MigronautOperator):
     the core says it may run now: ``ControlResult.may_run``) and pushes the
     control's result as ``result``.
 
+    :param failed_only: with ``retry``: only the documents the migration could not
+        rewrite (``True``/``False``, or a boolean param's rendered template).
     :param authorize_runs: ``auth_manager``, ``off`` or ``module.path:callable``.
     """
 
-    template_fields: Sequence[str] = ("migration", "action", "reason", "requested_by")
+    template_fields: Sequence[str] = (
+        "migration",
+        "action",
+        "reason",
+        "requested_by",
+        "failed_only",
+    )
 
     def __init__(
         self,
@@ -531,6 +540,7 @@ class BackgroundControlOperator(MigronautOperator):
         action: str,
         reason: str | None = None,
         requested_by: str | None = None,
+        failed_only: bool | str = False,
         authorize_runs: str = AUTH_MANAGER,
         **kwargs: Any,
     ) -> None:
@@ -539,13 +549,15 @@ class BackgroundControlOperator(MigronautOperator):
         self.action = action
         self.reason = reason
         self.requested_by = requested_by
+        self.failed_only = failed_only
         self.authorize_runs = check_policy(authorize_runs)
 
     def execute(self, context: Context) -> list[str]:
         who = requester(self.requested_by, context)
         dag_run = context.get("dag_run")
         try:
-            action = check_control(self.action)
+            failed_only = _flag("failed_only", self.failed_only)
+            action = check_control(self.action, failed_only=failed_only)
         except MigronautError as exc:
             raise AirflowFailException(f"{exc.code}: {exc.message}") from exc
         authorize_run(
@@ -556,13 +568,29 @@ class BackgroundControlOperator(MigronautOperator):
         )
         try:
             result = self.kit.background.control(
-                self.migration, action, requested_by=who, reason=self.reason or None
+                self.migration,
+                action,
+                requested_by=who,
+                reason=self.reason or None,
+                failed_only=failed_only,
             )
         except MigronautError as exc:
             raise AirflowFailException(f"{exc.code}: {exc.message}") from exc
         context["ti"].xcom_push(key="result", value=result.to_dict())
         self.log.info("%s: %s by %s: %s", self.migration, action, who, result.to_dict())
         return [self.dag_id_for(self.migration)] if result.may_run else []
+
+
+def _flag(key: str, value: bool | str) -> bool:
+    """A boolean option, or its rendered template (``True``/``False``).
+
+    :raises ConfigInvalidError: anything else.
+    """
+    if isinstance(value, bool):
+        return value
+    if value in ("True", "False"):
+        return value == "True"
+    raise ConfigInvalidError(f"{key} must be true or false", {"key": key})
 
 
 class MigrationsUpOperator(MigronautOperator):

@@ -23,7 +23,9 @@ from migronaut_core.background.spec import (
     BackgroundSpec,
     Direction,
     exclude_bad_ids,
+    match_hash,
     match_of,
+    only_ids,
     read_stored,
 )
 from migronaut_core.background.store import PlanDocument, StateDocument
@@ -58,6 +60,9 @@ class Job:
     journal: JournalWriter | None = None
     #: Whether this job is an undo (a revert pass restoring the journal's before-images).
     undo: bool = False
+    #: The token of the failed-only retry this job's pass works (its ``match`` is
+    #: narrowed to that retry's documents), None for an ordinary pass.
+    replay: str | None = None
 
     @property
     def collection(self) -> str:
@@ -214,7 +219,8 @@ def build_job(
     r"""The job for a loaded file and its state (None when unregistered), checksum unchecked.
 
     The registered spec wins over the file's; the state's direction, bad ``_id``\ s
-    and generation apply. An undo's registration (``undo: "journal"``) runs the
+    and generation apply; a started failed-only retry (``replay``) narrows the match
+    to its documents instead. An undo's registration (``undo: "journal"``) runs the
     journal's restore (:mod:`.undo`) instead of the file's functions; the forward
     passes of a migration with ``undo = "journal"`` journal their batches.
     :func:`job_for` is the checked way in; a dry run calls this directly, since it
@@ -222,6 +228,8 @@ def build_job(
     """
     spec = read_stored(state["spec"], name=name) if state and state.get("spec") else loaded.spec
     direction: Direction = "revert" if state and state.get("direction") == "revert" else "forward"
+    replay = state.get("replay") if state else None
+    replaying = replay is not None and "ids" in replay
     undo = direction == "revert" and state is not None and state.get("undo") == "journal"
     generation = int(state.get("generation", 0)) if state else 0
     fns = restore_functions(rt, name, spec) if undo else loaded.fns
@@ -229,11 +237,12 @@ def build_job(
     if spec.undo == "journal" and direction == "forward":
         journal = journal_writer(rt, name, spec, generation)
     bad_ids = state.get("bad_ids") if state else None
-    match = (
-        {}
-        if spec.mode == "step"
-        else exclude_bad_ids(match_of(spec, direction), list(bad_ids or []))
-    )
+    if spec.mode == "step":
+        match: Document = {}
+    elif replay is not None and replaying:
+        match = only_ids(match_of(spec, direction), list(replay.get("ids") or []))
+    else:
+        match = exclude_bad_ids(match_of(spec, direction), list(bad_ids or []))
     splitting = partitioner_for(rt, spec, direction)
     return Job(
         name=name,
@@ -250,7 +259,18 @@ def build_job(
         guard="pipeline" if rt.supports_pipeline_guard() else "filter",
         journal=journal,
         undo=undo,
+        replay=replay["token"] if replay is not None and replaying else None,
     )
+
+
+def pass_match(job: Job) -> str:
+    """The fingerprint of what a pass of ``job`` matches (a plan's ``match``).
+
+    A failed-only retry's pass matches its own documents: its fingerprint differs
+    from an ordinary pass's, so neither plan is taken for the other.
+    """
+    source = match_hash(job.spec, job.direction)
+    return source if job.replay is None else f"{source}:replay:{job.replay}"
 
 
 def assert_transactions(rt: Runtime, name: str, spec: BackgroundSpec) -> None:

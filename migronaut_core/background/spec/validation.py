@@ -62,6 +62,7 @@ from migronaut_core.checks import (
     wrong_type,
 )
 from migronaut_core.errors import ConfigInvalidError
+from migronaut_core.windows import Window, WindowError, parse_windows
 
 _SLICE_MS: Final = (100, 3_600_000)
 _FILTER_CODEC: Final[CodecOptions[dict[str, Any]]] = CodecOptions(
@@ -171,6 +172,14 @@ def _switch(value: Any) -> Any:
 
 _field_name: Final = _checked(field_name_problem)
 _collection_name: Final = _checked(collection_name_problem)
+
+
+def _windows(value: Any) -> tuple[Window, ...]:
+    """Maintenance windows (:func:`~migronaut_core.windows.parse_windows`); ``[]``: always open."""
+    try:
+        return parse_windows(value)
+    except WindowError as error:
+        raise _InvalidError(error.problem, *error.path) from None
 
 
 def _w(value: Any) -> int | str:
@@ -294,6 +303,7 @@ _FILE_KEYS: Final[Mapping[str, _Key]] = {
     "adaptive": _Key(_switch, False),
     "throttle": _Key(_mapping),
     "health": _Key(_switch, True),
+    "windows": _Key(_optional(_windows), None),
     "update": _Key(_optional(_stages), None),
     "revert_update": _Key(_optional(_stages), None),
     "validator": _Key(_optional(_validator), None),
@@ -402,6 +412,7 @@ def _assemble(
         adaptive=_within("adaptive", _adaptive, values["adaptive"], batch_size, tolerant),
         throttle=_within("throttle", _throttle, values["throttle"], tolerant),
         health=_within("health", _health, values["health"], tolerant),
+        windows=values["windows"],
         reversible=reversible or values["revert_update"] is not None,
         update=values["update"],
         revert_update=values["revert_update"],
