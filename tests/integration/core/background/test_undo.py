@@ -3,6 +3,7 @@ restores every document still the migration's write and leaves the others."""
 
 from __future__ import annotations
 
+import logging
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -161,7 +162,10 @@ def test_an_undo_is_refused_for_a_migration_that_keeps_no_journal(
 
 
 def test_a_transactional_pass_journals_in_its_transaction_and_undoes_exactly(
-    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+    kit: Migronaut,
+    db: Database[dict[str, Any]],
+    migrations: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     write_journaled(migrations, extra='"transaction": {"timeout_ms": 30000},')
     seeded = migrated(kit, db, 120)
@@ -169,8 +173,11 @@ def test_a_transactional_pass_journals_in_its_transaction_and_undoes_exactly(
     db.users.update_one({"_id": 7}, {"$set": {"last": "Changed"}, "$inc": {"rev": 1}})
 
     kit.background.control(SPLIT_NAME, "undo")
-    kit.background.run(SPLIT_NAME)
+    with caplog.at_level(logging.WARNING, "migronaut_core.background"):
+        kit.background.run(SPLIT_NAME)
 
+    assert "left 1 document(s) changed since the migration wrote them" in caplog.text
+    assert "Changed" not in caplog.text
     restored = {doc["_id"]: doc for doc in db.users.find()}
     assert all(restored[doc["_id"]] == {**doc, "rev": 2} for doc in seeded if doc["_id"] != 7)
     assert restored[7]["last"] == "Changed" and restored[7]["_v"] == 2
