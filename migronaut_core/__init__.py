@@ -102,6 +102,7 @@ from migronaut_core.errors import (
     PrivilegeMissingError,
     RunAbortedError,
     TransactionsUnsupportedError,
+    UndoUnavailableError,
 )
 from migronaut_core.kit import Background, Drift, Migronaut, Runs
 from migronaut_core.kit.results import (
@@ -204,6 +205,7 @@ __all__ = [
     "StatusRow",
     "StepDryRunReport",
     "TransactionsUnsupportedError",
+    "UndoUnavailableError",
     "ValidatorView",
     "VerifyReport",
     "WaitResult",

@@ -354,7 +354,7 @@ def stalls_dag(
 
 
 def control_dag(settings: TargetSettings, options: DagOptions) -> DAG:
-    """``migronaut_control``: a trigger form to pause, resume, cancel, retry, repin, unlock.
+    """``migronaut_control``: a trigger form to pause, resume, cancel, retry, repin, unlock, undo.
 
     A run acts only for a triggering user who may edit the migration's DAG
     (the target's ``authorize_runs``).

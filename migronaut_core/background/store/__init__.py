@@ -11,12 +11,15 @@
 - :mod:`.drift_events`: where the event-driven drift triggers resume their streams;
 - :mod:`.lanes`: the reads Airflow's lanes sensor and its trigger wait on (sync and async);
 - :mod:`.stalls`: the stall watch's reads of running migrations and what it signalled;
+- :mod:`.journal`: the undo journal, before-images of documents a migration with
+  ``undo = "journal"`` rewrote (a TTL index expires them);
 - :mod:`.documents`: the shapes of the documents it keeps (``StateDocument``,
   ``HistoryDocument``, ``PartitionDocument``, ``LeaseDocument``,
   ``ConvergeLogDocument``, ``WatchDocument``…).
 
 :class:`BackgroundStore` is the one handle callers use for the first three,
-composed of them: ``store.states``, ``store.partitions``, ``store.leases``.
+composed of them: ``store.states``, ``store.partitions``, ``store.leases``, and
+``store.journal``.
 Every name a caller may import is re-exported here.
 """
 
@@ -32,6 +35,7 @@ from migronaut_core.background.store.documents import (
     HistoryDocument,
     HoldDocument,
     InflightDocument,
+    JournalDocument,
     LeaseDocument,
     PartitionDocument,
     PlanDocument,
@@ -49,6 +53,7 @@ from migronaut_core.background.store.drift_events import (
     read_drift_position_async,
     save_drift_position_async,
 )
+from migronaut_core.background.store.journal import JOURNAL_WRITE_CONCERN, BeforeImage, UndoJournal
 from migronaut_core.background.store.leases import Claim, Lease, Leases, live_leases_filter
 from migronaut_core.background.store.partitions import (
     OPEN_STATUSES,
@@ -95,6 +100,8 @@ class BackgroundStore:
         self.partitions = PartitionDocuments(db, names, self.states)
         #: The leases lanes hold on partitions, and every write fenced by one.
         self.leases = Leases(db, names)
+        #: The before-images of journaling migrations, for ``background undo``.
+        self.journal = UndoJournal(db, names.undo)
 
     @property
     def namespace(self) -> str:
@@ -107,6 +114,7 @@ class BackgroundStore:
             *self.partitions.required_indexes(),
             *self.leases.required_indexes(),
             *self.states.required_indexes(),
+            *self.journal.required_indexes(),
         ]
 
     def ensure_indexes(self, *, create: bool = True) -> None:
@@ -119,6 +127,7 @@ class BackgroundStore:
 
 
 __all__ = [
+    "JOURNAL_WRITE_CONCERN",
     "LANES_STATE_PROJECTION",
     "MAX_BAD_IDS",
     "MAX_DOC_ERRORS",
@@ -128,6 +137,7 @@ __all__ = [
     "STREAMING_FRESH_SECONDS",
     "WATCH_COUNTERS",
     "BackgroundStore",
+    "BeforeImage",
     "Claim",
     "ControlMark",
     "ConvergeAction",
@@ -141,6 +151,7 @@ __all__ = [
     "HistoryDocument",
     "HoldDocument",
     "InflightDocument",
+    "JournalDocument",
     "Lease",
     "LeaseDocument",
     "Leases",
@@ -151,6 +162,7 @@ __all__ = [
     "ReplayDocument",
     "StateDocument",
     "StateDocuments",
+    "UndoJournal",
     "ValidatorDocument",
     "WatchDocument",
     "WatchLeaderDocument",
