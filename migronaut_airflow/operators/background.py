@@ -424,7 +424,8 @@ class AnnounceCompletedOperator(MigronautOperator):
     """Emit the migration's ``completed`` asset event in the run that saw it complete.
 
     Its outlet is :func:`~migronaut_airflow.dags.assets.completed_asset`; a task that
-    skips emits no event, so it skips unless the migration is ``completed`` and
+    skips emits no event, so it skips unless the migration is ``completed`` going
+    forward (a revert's completion, by ``down`` or an undo, is no milestone) and
     completed after this DAG run started (a later run, e.g. one a drift reopen
     started and that found nothing to do, does not announce it twice). The event's
     ``extra`` carries the migration's name, its completion time and its totals.
@@ -444,6 +445,8 @@ class AnnounceCompletedOperator(MigronautOperator):
             self.hook.close()
         if view is None or view.status != "completed" or view.completed_at is None:
             raise AirflowSkipException(f"{self.migration} is not completed")
+        if view.direction != "forward":  # a revert's (down's, an undo's) completion
+            raise AirflowSkipException(f"{self.migration} was reverted, not completed")
         completed_at = pendulum.instance(view.completed_at)  # stored times are naive UTC
         started = context["dag_run"].start_date
         if started is not None and completed_at < started:

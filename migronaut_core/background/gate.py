@@ -19,8 +19,9 @@ alike. The milestones, in order:
     ``completed`` and its declared validator enforced (``validationAction:
     error``); without a validator, the same as ``completed``.
 
-Whatever the milestone, ``failed``, ``cancelled`` and no longer registered end the
-wait (``ended``): only a person (a retry, a new ``up``) moves it on. ``pending``,
+Whatever the milestone, ``failed``, ``cancelled``, no longer registered and reverted
+(``down`` or an undo registered it as a revert, whatever the revert's own status) end
+the wait (``ended``): only a person (a retry, a new ``up``) moves it on. ``pending``,
 ``blocked``, ``running`` and ``paused`` keep it waiting (a pause is a person's, and so
 is its resume).
 """
@@ -56,6 +57,8 @@ MILESTONES: Final[tuple[str, ...]] = choices(Milestone)
 WaitOutcome: TypeAlias = Literal["reached", "ended", "timed-out"]
 
 _ENDED: Final = frozenset({"failed", "cancelled"})
+#: The verdict's ``status`` for a migration being (or done being) reverted.
+REVERTED: Final = "reverted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +79,8 @@ def judge_gate(snapshot: GateSnapshot, until: Milestone) -> GateVerdict | None:
         return GateVerdict("ended", UNREGISTERED)
     if status in _ENDED:
         return GateVerdict("ended", status)
+    if snapshot.direction == "revert":
+        return GateVerdict("ended", REVERTED)
     if _reached(snapshot, until):
         return GateVerdict("reached", status)
     return None

@@ -24,17 +24,24 @@ __all__ = ["GateSnapshot", "read_gate", "read_gate_async"]
 class GateSnapshot:
     """What the gate reads of a migration's state; ``status`` None: not registered.
 
+    :param direction: ``forward``, or ``revert`` once ``down`` or an undo reverts it.
     :param phase: the state's phase (``finalize`` while a validator soaks).
     :param validator_phase: its validator's phase (``recorded``, ``warn``, ``error``),
         None when it declares none or none was set yet.
     """
 
     status: str | None
+    direction: str = "forward"
     phase: str | None = None
     validator_phase: str | None = None
 
 
-_GATE_FIELDS: Final[Mapping[str, int]] = {"status": 1, "phase": 1, "validator.phase": 1}
+_GATE_FIELDS: Final[Mapping[str, int]] = {
+    "status": 1,
+    "direction": 1,
+    "phase": 1,
+    "validator.phase": 1,
+}
 
 
 def _snapshot(state: Mapping[str, Any] | None) -> GateSnapshot:
@@ -43,6 +50,7 @@ def _snapshot(state: Mapping[str, Any] | None) -> GateSnapshot:
     validator = state.get("validator")
     return GateSnapshot(
         status=str(state.get("status") or "unknown"),
+        direction=str(state.get("direction") or "forward"),
         phase=state.get("phase"),
         validator_phase=validator.get("phase") if isinstance(validator, Mapping) else None,
     )

@@ -34,3 +34,21 @@ def test_a_soaking_validator_opens_migrated_but_not_completed_or_finalized(
         kit.background.control(SPLIT_NAME, "cancel", reason="the soak found a bug")
         ended = kit.background.wait(SPLIT_NAME, until="finalized")
         assert (ended.outcome, ended.status) == ("ended", "cancelled")
+
+
+def test_an_undone_migration_ends_the_wait_its_undo_s_completion_is_not_the_gate(
+    mongo_uri: str, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    seed_users(db, 60)
+    write_background(migrations, extra='"revision_field": "rev", "undo": "journal",')
+    with make_kit(mongo_uri, db, migrations) as kit:
+        kit.runs.up()
+        kit.background.run(SPLIT_NAME)
+        assert kit.background.wait(SPLIT_NAME, until="finalized").outcome == "reached"
+
+        kit.background.control(SPLIT_NAME, "undo", reason="the release was rolled back")
+        kit.background.run(SPLIT_NAME)
+        assert db.users.count_documents({"_v": 1}) == 60  # undone
+        for until in ("migrated", "completed", "finalized"):
+            undone = kit.background.wait(SPLIT_NAME, until=until, timeout=1)
+            assert (undone.outcome, undone.status) == ("ended", "reverted"), until

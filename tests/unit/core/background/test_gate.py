@@ -63,6 +63,14 @@ def test_each_milestone_is_reached_where_it_says(snapshot: GateSnapshot, reached
     assert found == reached
 
 
+@pytest.mark.parametrize("status", ["pending", "running", "completed"])
+def test_a_reverted_migration_ends_the_wait_whatever_its_revert_s_status(status: str) -> None:
+    # down or an undo registered it as a revert: its completion is not the forward one.
+    for until in ("migrated", "completed", "finalized"):
+        verdict = judge_gate(GateSnapshot(status, direction="revert"), until)
+        assert verdict == GateVerdict("ended", "reverted")
+
+
 def test_waiting_reports_each_change_once_and_ends_on_the_milestone() -> None:
     statuses = iter(
         GateSnapshot(status)
