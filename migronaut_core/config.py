@@ -114,6 +114,10 @@ class Config:
         a user without index-creation rights, only checks that they exist and
         raises :class:`~migronaut_core.errors.IndexMissingError` naming the
         missing ones before anything is written.
+    :param background_budget: documents per second every background migration
+        writing to this database may write together, shared by ``priority``
+        through one bucket on the server (``None``: no budget; see
+        :mod:`migronaut_core.background.throttle.budget`).
     """
 
     uri: str = "mongodb://127.0.0.1:27017"
@@ -134,6 +138,9 @@ class Config:
     background_drift: DriftMode = "poll"
     background_on_drift: OnDrift = "reopen"
     ensure_indexes: bool = True
+    background_budget: int | None = dataclasses.field(
+        default=None, metadata=_between(1, 10_000_000)
+    )
 
     @property
     def background_collections(self) -> BackgroundCollections:
@@ -151,6 +158,7 @@ class Config:
             background.watch,
             background.converge_log,
             background.drift_events,
+            background.budget,
         )
 
     def database_name(self) -> str:
@@ -179,6 +187,7 @@ class BackgroundCollections:
 
     ``converge_log``: every index converge created or dropped (what, when, by whom).
     ``drift_events``: where the event-driven drift triggers resume their change streams.
+    ``budget``: the target's write budget bucket and its brake (one document each).
     """
 
     state: str
@@ -186,6 +195,7 @@ class BackgroundCollections:
     watch: str
     converge_log: str
     drift_events: str
+    budget: str
 
     @classmethod
     def from_prefix(cls, prefix: str) -> BackgroundCollections:
@@ -195,6 +205,7 @@ class BackgroundCollections:
             watch=f"{prefix}_watch",
             converge_log=f"{prefix}_converge_log",
             drift_events=f"{prefix}_drift_events",
+            budget=f"{prefix}_budget",
         )
 
 
@@ -402,6 +413,8 @@ def _check_values(config: Config) -> None:
             {"key": "changelog_collection"},
         )
     for key, (low, high) in _RANGES.items():
+        if getattr(config, key) is None:
+            continue
         if _FIELD_TYPES[key] == (int,):
             check_int(key, getattr(config, key), int(low), int(high))
         else:

@@ -169,6 +169,7 @@ class KitBase:
             shard_aware=self.config.background_shard_aware,
             telemetry=self._telemetry,
             bookkeeping=self.config.bookkeeping_collections,
+            budget_rate=self.config.background_budget,
         )
         return runtime
 

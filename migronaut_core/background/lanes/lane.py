@@ -18,10 +18,12 @@ A slice answers with an outcome:
 - ``stopped`` — the caller's cancel token fired;
 - ``lost`` — the lease was reaped or unlocked under us; nothing more was written;
 - ``held`` — a MongoDB health signal is past its hard limit (``held_by``: which,
-  its reading and the limit): the lane stopped at a batch boundary, released its
-  partition (or claimed none), and the state's ``health_hold`` says so to every
-  status reader; try again after ``retry_after_ms``. The first lane to find every
-  signal within its hard limit again removes the hold.
+  its reading and the limit), or the target's brake is on (``held_by.signal``
+  ``brake``; :mod:`~migronaut_core.background.throttle.budget`): the lane
+  stopped at a batch boundary, released its partition (or claimed none), and
+  the state's ``health_hold`` says so to every status reader; try again after
+  ``retry_after_ms``. The first lane to find every signal within its hard limit
+  (and the brake off) again removes the hold.
 
 Every event a lane emits (``background:slice:start``, ``batch``, ``throttle``,
 ``slice:end``, ``lease:lost``, and ``failed`` when its partition fails the
@@ -74,6 +76,7 @@ from migronaut_core.background.telemetry import (
     AttributeValue,
 )
 from migronaut_core.background.throttle import (
+    BRAKE_SIGNAL,
     HealthBreach,
     HealthReading,
     Throttle,
@@ -299,7 +302,7 @@ def run_slice(
         if worked and monotonic() >= deadline:
             return SliceResult("yielded", counters)
         reading = _health_reading(rt, job)
-        breach = _hard_breach(job, reading)
+        breach = rt.budget.brake_breach() or _hard_breach(job, reading)
         if breach is not None:
             return _hold(rt, state, breach, reading, counters)
         _release_hold(rt, state)
@@ -405,13 +408,16 @@ def _hold(
         "at": now,
     }
     if rt.store.states.hold(name, hold, refresh_before=now - timedelta(seconds=HOLD_REFRESH_S)):
-        log.warning(
-            "%s: lanes hold: %s reads %s, past its hard limit %s",
-            name,
-            breach.signal,
-            breach.reading,
-            breach.limit,
-        )
+        if breach.signal == BRAKE_SIGNAL:
+            log.warning("%s: lanes hold: the target's brake is on", name)
+        else:
+            log.warning(
+                "%s: lanes hold: %s reads %s, past its hard limit %s",
+                name,
+                breach.signal,
+                breach.reading,
+                breach.limit,
+            )
         rt.emit("background:throttle", {"migration": name, "reason": "held", **breach.to_dict()})
     state["health_hold"] = hold
     rt.telemetry.hold_observed(name, held=True)
@@ -559,6 +565,7 @@ def _work(held: SliceContext) -> PartitionResult:
         client=rt.client,
         warn=rt.warn_once,
         telemetry=rt.telemetry,
+        budget=rt.budget,
     )
     try:
         with LeaseKeeper(rt, lease) as keeper:

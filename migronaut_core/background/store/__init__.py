@@ -11,6 +11,8 @@
 - :mod:`.drift_events`: where the event-driven drift triggers resume their streams;
 - :mod:`.lanes`: the reads Airflow's lanes sensor and its trigger wait on (sync and async);
 - :mod:`.stalls`: the stall watch's reads of running migrations and what it signalled;
+- :mod:`.budget`: the target's write budget (one bucket on the server's clock)
+  and its brake;
 - :mod:`.documents`: the shapes of the documents it keeps (``StateDocument``,
   ``HistoryDocument``, ``PartitionDocument``, ``LeaseDocument``,
   ``ConvergeLogDocument``, ``WatchDocument``…).
@@ -24,8 +26,11 @@ from __future__ import annotations
 
 from pymongo.database import Database
 
+from migronaut_core.background.store.budget import BudgetStore, Grant
 from migronaut_core.background.store.converge_log import ConvergeAction, ConvergeLog
 from migronaut_core.background.store.documents import (
+    BrakeDocument,
+    BrakeLogDocument,
     ControlMark,
     ConvergeLogDocument,
     CoordinatorMark,
@@ -94,6 +99,8 @@ class BackgroundStore:
         self.partitions = PartitionDocuments(db, names, self.states)
         #: The leases lanes hold on partitions, and every write fenced by one.
         self.leases = Leases(db, names)
+        #: The target's write budget and brake (one document for every migration).
+        self.budget = BudgetStore(db, names)
 
     @property
     def namespace(self) -> str:
@@ -127,6 +134,9 @@ __all__ = [
     "STREAMING_FRESH_SECONDS",
     "WATCH_COUNTERS",
     "BackgroundStore",
+    "BrakeDocument",
+    "BrakeLogDocument",
+    "BudgetStore",
     "Claim",
     "ControlMark",
     "ConvergeAction",
@@ -137,6 +147,7 @@ __all__ = [
     "DriftPosition",
     "Fence",
     "GenerationTotals",
+    "Grant",
     "HealthHoldDocument",
     "HistoryDocument",
     "InflightDocument",

@@ -21,10 +21,12 @@ from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.spec import BackgroundFunctions, BackgroundSpec, HealthSettings
 from migronaut_core.background.telemetry import NO_TELEMETRY, Telemetry
 from migronaut_core.background.throttle.adaptive import AdaptiveController, ThrottleChange
+from migronaut_core.background.throttle.budget import TargetBudget
 from migronaut_core.background.throttle.health import HealthBreach, HealthProbe, first_breach
 from migronaut_core.background.throttle.lag import LagSource
 from migronaut_core.background.throttle.registry import ThrottleRegistry
 from migronaut_core.background.warn_once import Warn, WarnOnce
+from migronaut_core.clock import monotonic
 from migronaut_core.server_errors import is_overload
 
 if TYPE_CHECKING:
@@ -48,6 +50,8 @@ LAG_BACKOFF: Final = Backoff(first=0.25, cap=2.0)
 #: A lane without an adaptive controller waits this long before a batch while a
 #: health signal is past its soft limit (the controller's first back-off).
 SOFT_HEALTH_PAUSE_MS: Final = 100
+#: A wait for the budget at least this long is counted (``throttled``, reason ``budget``).
+BUDGET_COUNTED_WAIT_S: Final = 0.01
 #: What a throttle warns about: the user's function raised, or returned no number.
 _WARNINGS: Final = ("raised", "value")
 
@@ -124,6 +128,10 @@ class Throttle:
     telemetry: Telemetry = NO_TELEMETRY
     health: HealthSettings | None = None
     health_probe: HealthProbe | None = None
+    #: The target's write budget and brake (``background_budget``, ``brake``).
+    budget: TargetBudget | None = None
+    #: This migration's weight in the budget (the spec's ``priority``).
+    priority: int = 1
     #: The signal past its hard limit at the last :meth:`hard_breach`, if one was.
     held_by: HealthBreach | None = field(default=None, init=False)
     _lagged: bool = field(default=False, init=False, repr=False)
@@ -139,6 +147,7 @@ class Throttle:
         client: MongoClient[Any] | None,
         warn: Warn,
         telemetry: Telemetry = NO_TELEMETRY,
+        budget: TargetBudget | None = None,
     ) -> Throttle:
         """Build a lane's throttle for one claimed partition of ``job``.
 
@@ -147,7 +156,9 @@ class Throttle:
         shared controller of the partition's group (when ``adaptive`` is on;
         the partition's stored ``throttle`` state seeds a new controller) and
         the health probe (when ``health`` is on), all from ``registry``; its
-        warnings go to ``warn``, its changes and waits to ``telemetry``.
+        warnings go to ``warn``, its changes and waits to ``telemetry``. With
+        ``budget``, each batch takes its size from the target's budget (weighted
+        by the spec's ``priority``) and the brake holds the lane.
         """
         spec = job.spec
         group = partition.get("group")
@@ -171,6 +182,8 @@ class Throttle:
             health_probe=(
                 registry.health_probe(client) if health_on and client is not None else None
             ),
+            budget=budget,
+            priority=spec.priority,
         )
         throttle._observe_adaptive()
         return throttle
@@ -190,7 +203,19 @@ class Throttle:
             return True
         if self._slow_for_health(cancel):
             return True
-        return self._wait_for_lag(cancel)
+        if self._wait_for_lag(cancel):
+            return True
+        return self._take_budget(cancel)
+
+    def _take_budget(self, cancel: CancelToken) -> bool:
+        """Take the next batch from the target's budget, waiting off a debt; True: cancelled."""
+        if self.budget is None or self.budget.rate is None:
+            return False
+        started = monotonic()
+        cancelled = self.budget.take(self.migration, self.priority, self.next_batch_size(), cancel)
+        if monotonic() - started >= BUDGET_COUNTED_WAIT_S:
+            self.telemetry.throttled(self.migration, "budget", shard=self.group)
+        return cancelled
 
     def hard_breach(self) -> HealthBreach | None:
         """The server health signal past its hard limit, if one is (also kept in ``held_by``).
@@ -199,6 +224,9 @@ class Throttle:
         releases its partition and holds until the signal clears. The reading
         is the probe's cached one, so asking before every batch costs nothing.
         """
+        if self.budget is not None and (braked := self.budget.brake_breach()) is not None:
+            self.held_by = braked
+            return braked
         if self.health is None or self.health_probe is None:
             return None
         reading = self.health_probe.read(self.warn)
