@@ -25,6 +25,7 @@ from migronaut_core.background.control.actions import (
     ControlResult,
     check_control,
 )
+from migronaut_core.background.control.brake import BrakeLogEntry, BrakeView
 from migronaut_core.background.coordinator import STALL_SECONDS, Answer, Driver, NextStep
 from migronaut_core.background.drift.events import (
     DriftEventSettings,
@@ -138,6 +139,8 @@ __all__ = [
     "BackgroundStatusView",
     "BaselineConflictError",
     "BaselineResult",
+    "BrakeLogEntry",
+    "BrakeView",
     "CancelToken",
     "CatalogEntry",
     "ChecksumMismatchError",
