@@ -93,6 +93,7 @@ def set_brake(
     if actor.requested_by is not None:
         doc["requested_by"] = actor.requested_by
     changed = rt.store.budget.set_brake(doc)
+    rt.budget.forget()
     log.warning(
         "the brake is on (%s, by %s%s): every background lane holds at its next batch",
         actor.reason,
@@ -112,6 +113,7 @@ def release(rt: Runtime, *, actor: Actor) -> BrakeView:
         entry["requested_by"] = actor.requested_by
     if not rt.store.budget.release_brake(entry):
         return BrakeView(on=False)
+    rt.budget.forget()
     log.warning("the brake is released (by %s)", actor.requested_by or "unknown")
     rt.emit("background:brake", {"action": "release", **_json_of(entry)})
     return BrakeView(on=False, changed=True)

@@ -128,6 +128,11 @@ class TargetBudget:
             return None
         return brake
 
+    def forget(self) -> None:
+        """Read the brake afresh at the next look (this process just set or released it)."""
+        with self._lock:
+            self._read_at = -float("inf")
+
     def brake_breach(self) -> HealthBreach | None:
         """The brake as a hold (signal ``brake``), or None when it is off."""
         if self.brake() is None:
