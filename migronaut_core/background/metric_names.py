@@ -95,8 +95,8 @@ THROTTLED: Final = Metric(
     "counter",
     "{change}",
     ("reason", "shard"),
-    "throttle changes (`overload`, `latency`, `recovered`), lag waits (`lag`) and "
-    "health breaches (`health`)",
+    "throttle changes (`overload`, `latency`, `recovered`), lag waits (`lag`), "
+    "health breaches (`health`) and waits for the write budget (`budget`)",
 )
 LEASES_CLAIMED: Final = Metric(
     "migronaut.lease.claimed",
