@@ -13,7 +13,8 @@ shares the document ``{_id: "target"}`` of ``<prefix>_budget``:
   :data:`MAX_BRAKE_LOG` settings and releases (who, when, why, until).
 
 The fairness rule (what :meth:`BudgetStore.take` computes): a migration is
-active while it took within :data:`ACTIVE_MS`; at each take, ``rate`` documents
+active while it took within :data:`ACTIVE_MS` (counted from when its lane has
+waited off the debt of its last take: ``seen``); at each take, ``rate`` documents
 per second are split among the active ones by weight (``w / sum(w)``), each
 sub-bucket refilled by its share of the time since the previous take and capped
 at its share of :data:`BURST_S` seconds of the budget. A new member starts
@@ -136,6 +137,18 @@ def take_pipeline(migration: str, weight: int, count: int, rate: int) -> list[Do
             {"$add": ["$$member.tokens", {"$multiply": ["$$share", "$_gap_s"]}]},
         ]
     }
+    # A member in debt stays active until it has waited the debt off (and ACTIVE_MS after).
+    paid_at = {
+        "$add": [
+            now,
+            {
+                "$multiply": [
+                    {"$max": [0, {"$multiply": [-1, "$$left"]}]},
+                    {"$divide": [1000, "$$share"]},
+                ]
+            },
+        ]
+    }
     refilled = {
         "$map": {
             "input": "$_active",
@@ -144,10 +157,18 @@ def take_pipeline(migration: str, weight: int, count: int, rate: int) -> list[Do
                 "$let": {
                     "vars": {"share": share},
                     "in": {
-                        "$mergeObjects": [
-                            "$$member",
-                            {"tokens": {"$subtract": [capped, {"$cond": [mine, count, 0]}]}},
-                        ]
+                        "$let": {
+                            "vars": {"left": {"$subtract": [capped, {"$cond": [mine, count, 0]}]}},
+                            "in": {
+                                "$mergeObjects": [
+                                    "$$member",
+                                    {
+                                        "tokens": "$$left",
+                                        "seen": {"$cond": [mine, paid_at, "$$member.seen"]},
+                                    },
+                                ]
+                            },
+                        }
                     },
                 }
             },

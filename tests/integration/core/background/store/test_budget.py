@@ -83,6 +83,17 @@ def test_a_member_that_stops_taking_drops_out(
     assert [m["m"] for m in budget.members()] == ["a"]
 
 
+def test_a_member_in_debt_stays_active_until_it_has_waited_it_off(
+    budget: BudgetStore, db: Database[dict[str, Any]]
+) -> None:
+    before = datetime.now(UTC)
+    budget.take("a", 1, 3_000, rate=100)  # 30 s of its share: longer than ACTIVE_MS
+    seen = next(m["seen"] for m in budget.members() if m["m"] == "a").replace(tzinfo=UTC)
+    assert timedelta(seconds=29) <= seen - before <= timedelta(seconds=32)
+    grant = budget.take("b", 1, 0, rate=100)
+    assert grant.share == pytest.approx(50)  # "a" still counts while it waits
+
+
 def test_the_brake_is_set_once_logged_and_seen_by_a_take(budget: BudgetStore) -> None:
     at = datetime.now(UTC).replace(microsecond=0)
     until = at + timedelta(hours=1)
