@@ -15,12 +15,10 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from datetime import datetime
 from typing import Any
 
 from migronaut_core import (
     CancelToken,
-    ConfigInvalidError,
     ControlAction,
     ControlResult,
     Migronaut,
@@ -28,6 +26,7 @@ from migronaut_core import (
     RunAbortedError,
     StepDryRunReport,
     files,
+    parse_until,
 )
 from migronaut_core.background.control.actions import DONE, check_control
 from migronaut_core.cli.output import emit, print_findings, print_views
@@ -311,7 +310,7 @@ def control(kit: Migronaut, args: argparse.Namespace) -> int:
 def brake(kit: Migronaut, args: argparse.Namespace) -> int:
     """Set the target-wide brake; print it."""
     view = kit.background.brake(
-        args.reason, until=_until(args.until), requested_by=args.requested_by
+        args.reason, until=parse_until(args.until), requested_by=args.requested_by
     )
     if args.json:
         emit(view.to_dict())
@@ -345,19 +344,6 @@ def brake_status(kit: Migronaut, args: argparse.Namespace) -> int:
         line = " ".join(part for part in (who, why, until) if part)
         print(f"{entry['at']}  {entry['action']:<8} {line}")
     return 0
-
-
-def _until(text: str | None) -> datetime | None:
-    """``--until`` as a time; a text that is not ISO 8601 is a ConfigInvalidError."""
-    if text is None:
-        return None
-    try:
-        return datetime.fromisoformat(text)
-    except ValueError:
-        raise ConfigInvalidError(
-            "--until must be an ISO 8601 time with a time zone (e.g. 2026-12-03T18:00:00Z)",
-            {"key": "until"},
-        ) from None
 
 
 def _brake_line(view: dict[str, Any]) -> str:

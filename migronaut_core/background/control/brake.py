@@ -15,7 +15,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final, Literal, get_args
 
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.store import BrakeDocument, BrakeLogDocument
@@ -25,9 +25,23 @@ from migronaut_core.clock import utc_now
 from migronaut_core.errors import ConfigInvalidError
 from migronaut_core.json_shape import json_field, to_json_dict
 
-__all__ = ["BrakeLogEntry", "BrakeView", "brake_log", "brake_status", "release", "set_brake"]
+__all__ = [
+    "BRAKE_ACTIONS",
+    "BrakeAction",
+    "BrakeLogEntry",
+    "BrakeView",
+    "brake_log",
+    "brake_status",
+    "parse_until",
+    "release",
+    "set_brake",
+]
 
 log = logging.getLogger("migronaut_core.background")
+
+#: The target-wide actions beside the per-migration controls (the control DAG offers both).
+BrakeAction = Literal["brake", "release"]
+BRAKE_ACTIONS: Final[tuple[BrakeAction, ...]] = get_args(BrakeAction)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +75,23 @@ class BrakeLogEntry:
 
     def to_dict(self) -> dict[str, Any]:
         return to_json_dict(self)
+
+
+def parse_until(text: str | None) -> datetime | None:
+    """An ``until`` given as text (the CLI's, a DAG's parameter): ISO 8601 with a time zone;
+    blank: none.
+
+    :raises ConfigInvalidError: (``key`` ``until``) it does not read as a time.
+    """
+    if text is None or not text.strip():
+        return None
+    try:
+        return datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ConfigInvalidError(
+            "until must be an ISO 8601 time with a time zone (e.g. 2026-12-03T18:00:00Z)",
+            {"key": "until"},
+        ) from None
 
 
 def check_until(until: datetime | None, now: datetime) -> datetime | None:
