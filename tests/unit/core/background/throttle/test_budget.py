@@ -12,7 +12,7 @@ import pytest
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.spec import read_stored, resolve_spec
 from migronaut_core.background.store import BrakeDocument, Grant
-from migronaut_core.background.throttle import BRAKE_SIGNAL, TargetBudget
+from migronaut_core.background.throttle import BRAKE_SIGNAL, TargetBudget, Throttle
 from migronaut_core.background.throttle.budget import brake_ended
 from migronaut_core.config import load_config
 from migronaut_core.errors import ConfigInvalidError
@@ -93,3 +93,29 @@ def test_a_brake_ends_at_its_until() -> None:
     assert brake_ended({"reason": "r", "until": now.replace(tzinfo=None)}, now)
     assert not brake_ended({"reason": "r", "at": now, "until": None}, now)
     assert not brake_ended({"reason": "r", "until": now + timedelta(seconds=1)}, now)
+
+
+class _Recording(_Budget):
+    def __init__(self, brake: BrakeDocument | None = None) -> None:
+        super().__init__(brake)
+        self.asked: list[tuple[Any, ...]] = []
+
+    def take(self, *args: Any) -> Grant:
+        self.asked.append(args)
+        return Grant(0.0, 1.0, self.stored_brake)
+
+
+def test_a_lane_takes_its_next_batch_weighted_by_priority_before_writing() -> None:
+    store = _Recording()
+    throttle = Throttle(migration="m", batch_size=40, budget=TargetBudget(store, 100), priority=3)
+    assert throttle.before_batch(CancelToken()) is False
+    assert store.asked == [("m", 3, 40, 100)]
+    assert throttle.hard_breach() is None
+
+
+def test_the_brake_holds_a_lane_before_any_health_reading() -> None:
+    store = _Recording({"reason": "incident", "at": datetime.now(UTC)})
+    throttle = Throttle(migration="m", batch_size=40, budget=TargetBudget(store, 100))
+    breach = throttle.hard_breach()
+    assert breach is not None and breach.signal == BRAKE_SIGNAL
+    assert throttle.held_by == breach
