@@ -40,6 +40,7 @@ from migronaut_core.background.drift.events import (
     next_drift_signal,
 )
 from migronaut_core.background.dry_run import DryRunReport, StepDryRunReport
+from migronaut_core.background.failed import FailedDocument, FailedDocumentsView
 from migronaut_core.background.gate import MILESTONES as BACKGROUND_MILESTONES
 from migronaut_core.background.gate import GateVerdict, Milestone, WaitResult, judge_gate
 from migronaut_core.background.indexes import ConvergeReport, PruneReport
@@ -65,6 +66,7 @@ from migronaut_core.background.views import (
     LanePacing,
     PartitionView,
     ValidatorView,
+    WindowView,
 )
 from migronaut_core.baseline import BaselineResult
 from migronaut_core.bson_values import iso_time
@@ -168,6 +170,8 @@ __all__ = [
     "Driver",
     "DryRunRefusedError",
     "DryRunReport",
+    "FailedDocument",
+    "FailedDocumentsView",
     "Finding",
     "GateSnapshot",
     "GateVerdict",
@@ -217,6 +221,7 @@ __all__ = [
     "WatchLeader",
     "WatchResume",
     "WatchStatus",
+    "WindowView",
     "check_control",
     "check_int",
     "config_from_text",

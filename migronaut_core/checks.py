@@ -18,7 +18,9 @@ value may come from a document. Bounds are inclusive; ``bool`` is never a number
 from __future__ import annotations
 
 import math
+import re
 import tomllib
+import zoneinfo
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final, cast, get_args
@@ -37,11 +39,13 @@ __all__ = [
     "check_number",
     "choice_problem",
     "choices",
+    "clock_time_problem",
     "collection_name_problem",
     "field_name_problem",
     "int_problem",
     "number_problem",
     "read_toml",
+    "time_zone_problem",
     "wrong_type",
 ]
 
@@ -224,6 +228,34 @@ def check_choice(key: str, value: object, options: Sequence[str]) -> str:
     """
     _raise(key, choice_problem(value, options))
     return cast(str, value)
+
+
+# ─── Clock times and time zones ───────────────────────────────────────────────
+
+_CLOCK_TIME: Final = re.compile(r"^([01][0-9]|2[0-4]):([0-5][0-9])$")
+
+
+def clock_time_problem(value: object, *, allow_end_of_day: bool = False) -> str | None:
+    """What makes ``value`` no ``HH:MM`` wall-clock time (``24:00`` only as an end), or ``None``."""
+    matched = _CLOCK_TIME.match(value) if isinstance(value, str) else None
+    if matched is not None:
+        hours, minutes = int(matched.group(1)), int(matched.group(2))
+        if hours < 24 or (allow_end_of_day and minutes == 0):
+            return None
+    latest = "24:00" if allow_end_of_day else "23:59"
+    return f"must be a time of day as HH:MM, 00:00 to {latest}{wrong_type(value, str)}"
+
+
+def time_zone_problem(value: object) -> str | None:
+    """What makes ``value`` no IANA time zone name known here (``Europe/Paris``), or ``None``."""
+    if isinstance(value, str) and value and "\x00" not in value:
+        try:
+            zoneinfo.ZoneInfo(value)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+            pass
+        else:
+            return None
+    return f"must be an IANA time zone name such as 'Europe/Paris' or 'UTC'{wrong_type(value, str)}"
 
 
 # ─── Files ────────────────────────────────────────────────────────────────────

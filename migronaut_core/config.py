@@ -10,6 +10,7 @@ and where it came from, raised before anything connects or writes.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import typing
@@ -31,6 +32,7 @@ from migronaut_core.checks import (
 )
 from migronaut_core.definitions import check_inline
 from migronaut_core.errors import ConfigInvalidError
+from migronaut_core.windows import Window, WindowError, parse_windows
 
 CONFIG_FILE = "migronaut.toml"
 PYPROJECT_FILE = "pyproject.toml"
@@ -118,6 +120,11 @@ class Config:
         writing to this database may write together, shared by ``priority``
         through one bucket on the server (``None``: no budget; see
         :mod:`migronaut_core.background.throttle.budget`).
+    :param background_windows: the target's maintenance windows, for every
+        background migration without ``windows`` of its own: a list of
+        ``{days, from, to, timezone, rate}`` (:mod:`migronaut_core.windows`;
+        as text, JSON). Outside every window lanes hold; ``None`` or ``[]``:
+        always open.
     """
 
     uri: str = "mongodb://127.0.0.1:27017"
@@ -141,6 +148,7 @@ class Config:
     background_budget: int | None = dataclasses.field(
         default=None, metadata=_between(1, 10_000_000)
     )
+    background_windows: tuple[Window, ...] | None = None
 
     @property
     def background_collections(self) -> BackgroundCollections:
@@ -224,6 +232,8 @@ def _accepts(hint: Any) -> tuple[type, ...]:
         return (str, Path)
     if hint is float:
         return (int, float)
+    if typing.get_origin(hint) is tuple:
+        return (list, tuple)
     origin = typing.get_origin(hint)
     return (origin if origin is not None else hint,)
 
@@ -236,6 +246,8 @@ _FIELD_TYPES: Final[Mapping[str, tuple[type, ...]]] = {
 }
 #: Keys holding a path, resolved against the directory of the source that set them.
 _PATH_KEYS: Final = tuple(key for key, accepted in _FIELD_TYPES.items() if Path in accepted)
+#: Keys holding maintenance windows (a list as given, a tuple of windows once checked).
+_WINDOW_KEYS: Final = ("background_windows",)
 #: Keys whose values are one of a ``Literal``'s, and those options.
 _CHOICES: Final[Mapping[str, tuple[str, ...]]] = {
     field.name: choices(_HINTS[field.name])
@@ -272,6 +284,8 @@ def load_config(
                 values[key] = (relative_to / Path(value)).resolve()
             elif key == "collections":
                 values[key] = dict(value)
+            elif key in _WINDOW_KEYS:
+                values[key] = _windows(key, value, source)
     if "migrations_dir" not in values:
         values["migrations_dir"] = (base / "migrations").resolve()
     config = Config(**values)
@@ -338,6 +352,14 @@ def config_from_text(values: Mapping[str, str], source: str) -> dict[str, Any]:
 
 def _parse_text(key: str, text: str, source: str) -> Any:
     types = _FIELD_TYPES.get(key)
+    if key in _WINDOW_KEYS:
+        try:
+            return json.loads(text)
+        except ValueError:
+            raise ConfigInvalidError(
+                f"config key {key!r} in {source} must be a JSON list of windows",
+                {"key": key, "source": source},
+            ) from None
     if types is None or Mapping in types:
         return _checked(key, text, source)  # unknown, or not expressible as text
     stripped = text.strip()
@@ -361,6 +383,20 @@ def _parse_text(key: str, text: str, source: str) -> Any:
     raise ConfigInvalidError(
         f"config key {key!r} in {source} must be {expected}", {"key": key, "source": source}
     )
+
+
+def _windows(key: str, value: Any, source: str) -> tuple[Window, ...]:
+    """A window list checked as a background spec's ``windows`` is, named by its key
+    (windows already checked, as :func:`replace` may pass back, are kept)."""
+    if isinstance(value, tuple) and all(isinstance(item, Window) for item in value):
+        return value
+    try:
+        return parse_windows(value)
+    except WindowError as error:
+        where = ".".join((key, *error.path))
+        raise ConfigInvalidError(
+            f"config key {where} in {source} {error.problem}", {"key": where, "source": source}
+        ) from None
 
 
 def _checked(key: str, value: Any, source: str) -> Any:
@@ -442,6 +478,8 @@ def replace(config: Config, **changes: Any) -> Config:
         _checked(key, value, "arguments")
         if key in _PATH_KEYS:
             changes[key] = Path(value)
+        elif key in _WINDOW_KEYS:
+            changes[key] = _windows(key, value, "arguments")
     updated = dataclasses.replace(config, **changes)
     _check_values(updated)
     return updated

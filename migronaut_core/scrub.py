@@ -19,6 +19,8 @@ from migronaut_core.errors import MigronautError
 from migronaut_core.server_errors import is_document_error
 
 _INDEX = re.compile(r"index: (\S+)")
+#: The server code that :func:`write_error_text` and :func:`error_text` end a text with.
+_CODE = re.compile(r"\(code (-?\d+)\)$")
 #: The ``user:password@`` of a connection string (``mongodb://``, ``mongodb+srv://``, any ``//``).
 _CREDENTIALS = re.compile(r"//[^@/\s]*@")
 
@@ -45,6 +47,16 @@ def write_error_text(code: int | None, errmsg: str | None) -> str:
         if index:
             text += f" on index {index.group(1)}"
     return f"{text} (code {code})" if code else text
+
+
+def error_code(text: str | None) -> int | None:
+    """The server error code a value-free error text ends with, None when it names none.
+
+    Reads the texts :func:`write_error_text` and :func:`error_text` make (``…
+    (code 11000)``), so a stored document error names its code without a second field.
+    """
+    found = _CODE.search(text or "")
+    return int(found.group(1)) if found else None
 
 
 def error_text(error: BaseException | str) -> str:

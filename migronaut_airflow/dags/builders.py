@@ -378,6 +378,11 @@ def control_dag(settings: TargetSettings, options: DagOptions) -> DAG:
                 type="string",
                 description="brake only: when it ends by itself (ISO 8601 with a time zone)",
             ),
+            "failed_only": Param(
+                False,
+                type="boolean",
+                description="retry: only the documents it could not rewrite",
+            ),
         },
     ) as dag:
         control = BackgroundControlOperator(
@@ -386,6 +391,7 @@ def control_dag(settings: TargetSettings, options: DagOptions) -> DAG:
             action="{{ params.action }}",
             reason="{{ params.reason }}",
             until="{{ params.until }}",
+            failed_only="{{ params.failed_only }}",
             authorize_runs=settings.authorize_runs,
             **admin,
         )

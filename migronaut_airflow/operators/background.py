@@ -30,6 +30,7 @@ from migronaut_core import (
     STALL_SECONDS,
     Answer,
     CancelToken,
+    ConfigInvalidError,
     Driver,
     LaneBinding,
     Migronaut,
@@ -527,10 +528,19 @@ class BackgroundControlOperator(MigronautOperator):
     and the triggering user must be allowed to edit this DAG (the target's
     control DAG). They start no DAG; ``result`` is the brake (``BrakeView``).
 
+    :param failed_only: with ``retry``: only the documents the migration could not
+        rewrite (``True``/``False``, or a boolean param's rendered template).
     :param authorize_runs: ``auth_manager``, ``off`` or ``module.path:callable``.
     """
 
-    template_fields: Sequence[str] = ("migration", "action", "reason", "requested_by", "until")
+    template_fields: Sequence[str] = (
+        "migration",
+        "action",
+        "reason",
+        "requested_by",
+        "failed_only",
+        "until",
+    )
 
     def __init__(
         self,
@@ -540,6 +550,7 @@ class BackgroundControlOperator(MigronautOperator):
         reason: str | None = None,
         requested_by: str | None = None,
         until: str | None = None,
+        failed_only: bool | str = False,
         authorize_runs: str = AUTH_MANAGER,
         **kwargs: Any,
     ) -> None:
@@ -549,6 +560,7 @@ class BackgroundControlOperator(MigronautOperator):
         self.reason = reason
         self.requested_by = requested_by
         self.until = until
+        self.failed_only = failed_only
         self.authorize_runs = check_policy(authorize_runs)
 
     def execute(self, context: Context) -> list[str]:
@@ -557,7 +569,8 @@ class BackgroundControlOperator(MigronautOperator):
         if self.action in BRAKE_ACTIONS:
             return self._brake(context, who, getattr(dag_run, "triggering_user_name", None))
         try:
-            action = check_control(self.action)
+            failed_only = _flag("failed_only", self.failed_only)
+            action = check_control(self.action, failed_only=failed_only)
         except MigronautError as exc:
             raise AirflowFailException(f"{exc.code}: {exc.message}") from exc
         authorize_run(
@@ -568,7 +581,11 @@ class BackgroundControlOperator(MigronautOperator):
         )
         try:
             result = self.kit.background.control(
-                self.migration, action, requested_by=who, reason=self.reason or None
+                self.migration,
+                action,
+                requested_by=who,
+                reason=self.reason or None,
+                failed_only=failed_only,
             )
         except MigronautError as exc:
             raise AirflowFailException(f"{exc.code}: {exc.message}") from exc
@@ -591,6 +608,18 @@ class BackgroundControlOperator(MigronautOperator):
         context["ti"].xcom_push(key="result", value=view.to_dict())
         self.log.info("the target's %s by %s: %s", self.action, who, view.to_dict())
         return []
+
+
+def _flag(key: str, value: bool | str) -> bool:
+    """A boolean option, or its rendered template (``True``/``False``).
+
+    :raises ConfigInvalidError: anything else.
+    """
+    if isinstance(value, bool):
+        return value
+    if value in ("True", "False"):
+        return value == "True"
+    raise ConfigInvalidError(f"{key} must be true or false", {"key": key})
 
 
 class MigrationsUpOperator(MigronautOperator):

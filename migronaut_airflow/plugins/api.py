@@ -1,10 +1,12 @@
 """The JSON API behind the pages, usable from scripts with an Airflow token.
 
 ``GET /api/migrations`` lists the migrations the user may read, ``GET
-/api/migrations/{name}`` details one, ``POST /api/migrations/{name}/actions/{action}``
-applies a control with the signed-in user as ``requested_by``. Every route
-depends on the signed-in user first, so nothing is read or changed for a
-request that fails authentication or authorization.
+/api/migrations/{name}`` details one, ``GET /api/migrations/{name}/failed`` pages
+through the documents it could not rewrite (``_id`` and why, never values),
+``POST /api/migrations/{name}/actions/{action}`` applies a control with the
+signed-in user as ``requested_by``. Every route depends on the signed-in user
+first, so nothing is read or changed for a request that fails authentication or
+authorization.
 """
 
 from __future__ import annotations
@@ -28,11 +30,17 @@ from migronaut_airflow.plugins.models import (
     ActionRequest,
     ActionResult,
     ErrorBody,
+    FailedDocumentPage,
     MigrationDetail,
     MigrationList,
     Permissions,
 )
-from migronaut_airflow.plugins.readings import detail, migration_names, summaries
+from migronaut_airflow.plugins.readings import (
+    detail,
+    failed_documents,
+    migration_names,
+    summaries,
+)
 from migronaut_airflow.plugins.runs import start_migration_dag
 from migronaut_airflow.plugins.target import current_kit
 from migronaut_airflow.plugins.throughput import ThroughputSampler
@@ -117,6 +125,23 @@ def get_migration(grant: Reader, kit: Kit) -> MigrationDetail:
     return detail(kit, grant.migration, SAMPLER, permissions, grant.target)
 
 
+@router.get(
+    "/migrations/{name}/failed",
+    summary="List the documents a background migration could not rewrite",
+    responses=_NOT_FOUND,
+)
+def get_failed(
+    grant: Reader,
+    kit: Kit,
+    limit: Annotated[int, Query(ge=1, le=10_000, description="at most this many")] = 100,
+    offset: Annotated[int, Query(ge=0, description="skip this many")] = 0,
+) -> FailedDocumentPage:
+    """Their ``_id``s, oldest first, with the error's kind, code, value-free text and
+    generation, never a document's values; needs read access to its DAG. ``retry``
+    with ``failed_only`` retries exactly these."""
+    return failed_documents(kit, grant.migration, limit=limit, offset=offset)
+
+
 @router.post(
     "/migrations/{name}/actions/{action}",
     summary="Control a background migration",
@@ -124,6 +149,9 @@ def get_migration(grant: Reader, kit: Kit) -> MigrationDetail:
 )
 def act(grant: Editor, action: ControlAction, body: ActionRequest, kit: Kit) -> ActionResult:
     """Pause, resume, cancel, retry, retry from start, repin or unlock; needs edit access.
+
+    ``failed_only`` (retry): just the documents it could not rewrite (``failed``:
+    how many); refused (409) unless it is completed, failed or cancelled with some.
 
     The signed-in user is recorded as ``requested_by`` with the reason, in the
     migration's history and in Airflow's audit log (:mod:`.audit`). When the core
@@ -139,6 +167,7 @@ def act(grant: Editor, action: ControlAction, body: ActionRequest, kit: Kit) -> 
             requested_by=grant.user_name,
             reason=reason,
             repin=body.repin,
+            failed_only=body.failed_only,
         )
     except MigronautError as refused:
         audit.record_control(grant, action, reason=reason, outcome=refused.code)

@@ -4,6 +4,9 @@ Every model lists its fields explicitly: what the engine's views return beyond
 them (scope bounds, cursors, failed ``_id``s, the spec's filter) is dropped on
 the way out, because those are document values or may be. Only identifiers,
 counts, statuses, times, and texts the engine already scrubbed leave the server.
+The one exception is asked for by name: :class:`FailedDocumentPage` (``GET
+…/failed``) lists the ``_id``s of the documents a migration could not rewrite,
+with why (never their values), so they can be found and fixed.
 
 The models of a status are read from the core's typed views by attribute
 (``model_validate(view, from_attributes=True)``, see :mod:`.readings`): a field
@@ -98,6 +101,33 @@ class Throughput(BaseModel):
     series: list[ThroughputPoint]
 
 
+class WindowSchedule(BaseModel):
+    """The maintenance windows a migration's lanes keep, and where the clock stands."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    source: str = Field(description="spec (the migration's own) or target (the config's)")
+    open: bool = Field(description="lanes may work now")
+    rate: str | None = Field(None, description="the open window's rate: full speed, 50%, …")
+    opens_at: IsoTime = Field(None, description="closed: when the next window opens")
+    closes_at: IsoTime = Field(None, description="open: when the open stretch ends")
+
+
+class ValidatorState(BaseModel):
+    """Where a finalizing migration's collection validator is (counts only, never ids)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    phase: str = Field(description="recorded, warn (the soak) or error (enforced)")
+    since: IsoTime = Field(None, description="when the current soak began")
+    until: IsoTime = Field(None, description="the soak's earliest end by time")
+    clean_passes: int = Field(0, description="clean checks in a row")
+    old_shape: int = Field(0, description="old-shape documents the last check that found any saw")
+    old_shape_seen: int = Field(0, description="old-shape documents seen over the soak")
+    old_shape_at: IsoTime = None
+    enforced_at: IsoTime = Field(None, description="when validationAction became error")
+
+
 class MigrationSummary(BaseModel):
     """One background migration as the list shows it."""
 
@@ -130,6 +160,15 @@ class MigrationSummary(BaseModel):
     partition_counts: dict[str, int] = Field(description="partitions of this pass by status")
     failed_documents: int
     last_error: Text = None
+    held: Text = Field(
+        None,
+        description="what holds the lanes, in words: 'waiting for window until …', or a "
+        "MongoDB health signal past its hard limit",
+    )
+    window: WindowSchedule | None = Field(None, description="the maintenance windows, if any")
+    validator: ValidatorState | None = Field(
+        None, description="the finalize validator, when the spec declares one and it began"
+    )
     waits_for: list[str] = Field(description="required migrations not completed yet (blocked)")
     requires: list[str]
     throughput: Throughput
@@ -205,7 +244,9 @@ class HistoryEntry(BaseModel):
     reason: Text = None
     at: Text = None
     details: dict[str, bool | int | str] = Field(
-        default_factory=dict, description="what an unlock or repin did (lock, leases, replan)"
+        default_factory=dict,
+        description="what an unlock, repin or failed-only retry did "
+        "(lock, leases, replan, failed_only, failed)",
     )
 
 
@@ -280,6 +321,35 @@ class FailureReason(BaseModel):
     error: str | None = None
 
 
+class FailedDocumentRow(BaseModel):
+    """A document the migration could not rewrite: its ``_id`` and why, never its values."""
+
+    id: Any = Field(
+        description="its _id, JSON-safe (extended JSON text for a BSON type JSON lacks)"
+    )
+    reason: str | None = Field(description="the error's kind: transform, shape, write, update…")
+    code: int | None = Field(description="the server's error code of a refused write")
+    error: str | None = Field(
+        description="the value-free text kept: an exception's type, a write error's summary "
+        "(None: no longer kept)"
+    )
+    generation: int | None = Field(description="the pass's generation that recorded it")
+    at: IsoTime = None
+    retrying: bool = Field(description="a failed-only retry is working on it")
+
+
+class FailedDocumentPage(BaseModel):
+    """A page of a migration's failed documents, oldest first."""
+
+    name: str
+    status: str | None
+    total: int = Field(description="every failed document")
+    offset: int
+    limit: int
+    retrying: bool = Field(description="a failed-only retry is under way")
+    documents: list[FailedDocumentRow]
+
+
 class Permissions(BaseModel):
     can_control: bool = Field(description="edit access to the migration's DAG")
     can_trigger: bool = Field(description="may start runs of the migration's DAG")
@@ -312,6 +382,9 @@ class ActionRequest(BaseModel):
     repin: bool = Field(
         False, description="retry and retry_from_start only: pin the file on disk first"
     )
+    failed_only: bool = Field(
+        False, description="retry only: just the documents it could not rewrite"
+    )
 
 
 class DagRunStarted(BaseModel):
@@ -330,6 +403,10 @@ class ActionResult(BaseModel):
     stopped: bool | None = None
     lock: bool | None = Field(None, description="unlock: the coordinator lock was held")
     leases: int | None = Field(None, description="unlock: leases dropped")
+    checksum: str | None = Field(
+        None, description="repin: the file checksum pinned (what the changelog records)"
+    )
+    failed: int | None = Field(None, description="failed-only retry: the documents it takes")
     dag_run: DagRunStarted | None = Field(
         None, description="resume, retry and repin start the migration's DAG when none is active"
     )

@@ -20,6 +20,7 @@ from migronaut_airflow.plugins.models import (
     AdaptiveThrottle,
     CursorPosition,
     Drift,
+    FailedDocumentPage,
     HistoryEntry,
     LaneThrottle,
     MigrationDetail,
@@ -51,12 +52,22 @@ from migronaut_core.errors import NotAppliedError
 #: Failure reasons a detail lists (newest).
 FAILURE_REASONS_SHOWN = 20
 #: Keys of an operator's note in the history that the timeline shows besides who and why.
-_HISTORY_DETAILS = ("lock", "leases", "replan")
+_HISTORY_DETAILS = ("lock", "leases", "replan", "failed_only", "failed")
 
 
 def migration_names(kit: Migronaut) -> list[str]:
     """Every registered background migration, oldest first."""
     return kit.background.names()
+
+
+def failed_documents(kit: Migronaut, name: str, *, limit: int, offset: int) -> FailedDocumentPage:
+    """A page of the documents ``name`` could not rewrite: ``_id`` and why, never values.
+
+    :raises NotAppliedError: it is not registered.
+    :raises ConfigInvalidError: ``limit`` or ``offset`` out of range.
+    """
+    view = kit.background.failed(name, limit=limit, offset=offset)
+    return FailedDocumentPage.model_validate(view, from_attributes=True)
 
 
 def summaries(
@@ -119,6 +130,11 @@ class _Reading:
     @property
     def dag_id(self) -> str:
         return dag_id_for(self.view.name, self.target)
+
+    @property
+    def held(self) -> str | None:
+        """What holds the lanes, as the status's hold says it in words."""
+        return None if self.view.held_by is None else self.view.held_by.text
 
 
 @dataclass(frozen=True, slots=True)

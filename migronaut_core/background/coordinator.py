@@ -18,7 +18,7 @@ it; a step that finds the lock held answers ``busy``. A step answers:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -30,6 +30,7 @@ from migronaut_core.background.job import (
     Job,
     assert_transactions,
     job_for,
+    pass_match,
     plan_is_stale,
     sharding_of,
 )
@@ -39,7 +40,6 @@ from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.spec import (
     BackgroundSpec,
     exclude_bad_ids,
-    match_hash,
     match_of,
 )
 from migronaut_core.background.states import TERMINAL, sources
@@ -180,15 +180,20 @@ def stalled_for(
 
 
 def last_activity(state: StateDocument, last_partition_write: Any) -> datetime | None:
-    """The latest of a state's progress, its coordinator step and a partition write:
-    what :func:`stalled_for` measures from (the async stall watch too)."""
+    """The latest of a state's progress, its coordinator step, a partition write and a
+    lane's confirmation of a hold (a maintenance window's opening, if later): what
+    :func:`stalled_for` measures from (the async stall watch too). Lanes that hold on
+    purpose are not stalled, nor are those waiting for a window until it opens."""
     mark = state.get("coordinator")
+    hold: Mapping[str, Any] = state.get("hold") or {}
     seen = [
         aware(value)
         for value in (
             state.get("last_progress_at"),
             mark.get("at") if mark else None,
             last_partition_write,
+            hold.get("at"),
+            hold.get("until"),
         )
         if isinstance(value, datetime)
     ]
@@ -274,20 +279,27 @@ def _fields(answer: Answer) -> dict[str, Any]:
     return {slot: getattr(answer, slot) for slot in Answer.__slots__}
 
 
-def _coordinate_pass(rt: Runtime, name: str, initial: StateDocument, cancel: CancelToken) -> Answer:
-    state = initial
+def _job(rt: Runtime, name: str, state: StateDocument, cancel: CancelToken) -> Job | Answer:
+    """The job of this step, or a ``wait`` while the file on disk is not the registered one."""
     try:
-        job = job_for(rt, name, state, cancel)
+        return job_for(rt, name, state, cancel)
     except (ChecksumMismatchError, MigrationFileNotFoundError) as exc:
         log.warning("%s: %s", name, exc.message)
         return _retry_soon(rt, "checksum")
+
+
+def _coordinate_pass(rt: Runtime, name: str, initial: StateDocument, cancel: CancelToken) -> Answer:
+    state = _start_replay(rt, initial)
+    job = _job(rt, name, state, cancel)
+    if isinstance(job, Answer):
+        return job
     if job.spec.collection is not None:
         rt.telemetry.collection_of(name, job.spec.collection)
     try:
         assert_transactions(rt, name, job.spec)
     except TransactionsUnsupportedError as exc:
         return _failed(rt, state, exc.message)
-    source_hash = match_hash(job.spec, job.direction)
+    source_hash = pass_match(job)
     for _ in range(job.spec.max_passes + 2):
         if cancel.cancelled:
             return _retry_soon(rt, "stopping")
@@ -335,6 +347,8 @@ def _coordinate_pass(rt: Runtime, name: str, initial: StateDocument, cancel: Can
                 if isinstance(closed, Answer):
                     return closed
                 state = closed.state
+                if job.replay is not None:
+                    return _after_replay(rt, name, state, cancel)
                 continue
         if state["status"] == "pending":
             moved = rt.store.states.move(
@@ -362,7 +376,56 @@ def _coordinate_pass(rt: Runtime, name: str, initial: StateDocument, cancel: Can
         if isinstance(closed, Answer):
             return closed
         state = closed.state
+        if job.replay is not None:
+            return _after_replay(rt, name, state, cancel)
     return _retry_soon(rt, "passes")
+
+
+def _after_replay(rt: Runtime, name: str, state: StateDocument, cancel: CancelToken) -> Answer:
+    """Go on after a failed-only retry's pass left old-shape documents besides its own
+    (a migration that failed mid-pass): the next passes are ordinary ones, planned by a
+    job built afresh (the retry's job matches only its documents)."""
+    replay = state.get("replay")
+    if replay is not None and "ids" in replay:  # not closed by this step: the next one sees
+        return _retry_soon(rt, "replay")
+    return _coordinate_pass(rt, name, state, cancel)
+
+
+def _start_replay(rt: Runtime, state: StateDocument) -> StateDocument:
+    """Start a failed-only retry a control asked for: its documents leave ``bad_ids``.
+
+    A pass the failure cut short is rolled up first (its counters and failures
+    count once), then, in one compare-and-set on the request's token, the failed
+    ids move to the retry (``replay.ids``), with the generation its pass will have;
+    the roll-up of that generation ends the retry (:func:`_roll_up`). Runs under the
+    coordinator lock; a state without a request is returned as it is.
+    """
+    replay = state.get("replay")
+    if replay is None or "ids" in replay:
+        return state
+    state = _roll_up(rt, state)
+    name = state["_id"]
+    started = rt.store.states.cas(
+        name,
+        {
+            "replay.token": replay["token"],
+            "replay.ids": {"$exists": False},
+            "rolled_generation": state.get("rolled_generation"),
+        },
+        {
+            "$set": {
+                "replay.ids": list(state.get("bad_ids") or []),
+                "replay.generation": int(state.get("generation", 0)) + 1,
+                "bad_ids": [],
+                "failed_partitions": 0,
+                "phase": "partition",
+                "updated_at": utc_now(),
+            }
+        },
+    )
+    if started is not None:
+        log.info("%s: retrying %d failed document(s)", name, len(state.get("bad_ids") or []))
+    return started or rt.store.states.get(name) or state
 
 
 def plan_pass(
@@ -385,7 +448,8 @@ def plan_pass(
     if job.cancel.cancelled:
         # Stopped, or the coordinator lock was lost, while planning: commit nothing.
         return _retry_soon(rt, "stopping")
-    pass_number = int(state.get("pass", 0)) + (1 if new_pass else 0)
+    # A failed-only retry's pass is not a sweep of the collection: max_passes counts sweeps.
+    pass_number = int(state.get("pass", 0)) + (1 if new_pass and job.replay is None else 0)
     expected: dict[str, Any] = {"status": {"$in": ["pending", "running"]}}
     if state.get("checksum") is not None:
         expected["checksum"] = state["checksum"]
@@ -457,27 +521,34 @@ def _merged_bad_ids(*lists: Sequence[Any]) -> list[Any]:
 
 
 def _roll_up(rt: Runtime, state: StateDocument) -> StateDocument:
-    """Add a generation's counters to the totals, once (idempotent after a crash)."""
+    """Add a generation's counters to the totals, once (idempotent after a crash).
+
+    Rolling up a failed-only retry's generation ends the retry: every document that
+    failed before was retried, so its failures and their errors replace the old ones.
+    """
     name, generation = state["_id"], int(state["generation"])
     if int(state.get("rolled_generation", 0)) >= generation:
         return state
     rolled = rt.store.partitions.generation_totals(name, generation)
     increments = {f"totals.{key}": value for key, value in rolled.totals.items() if value}
+    replay = state.get("replay")
+    replayed = replay is not None and replay.get("generation") == generation
     fields: dict[str, Any] = {
         "rolled_generation": generation,
         "bad_ids": _merged_bad_ids(state.get("bad_ids") or [], rolled.bad_ids),
         "updated_at": utc_now(),
     }
-    if rolled.doc_errors:
-        fields["doc_errors"] = [*(state.get("doc_errors") or []), *rolled.doc_errors][
-            -MAX_DOC_ERRORS:
-        ]
+    if rolled.doc_errors or replayed:
+        kept = [] if replayed else list(state.get("doc_errors") or [])
+        fields["doc_errors"] = [*kept, *rolled.doc_errors][-MAX_DOC_ERRORS:]
     if rolled.failed_partitions:
         fields["failed_partitions"] = rolled.failed_partitions
         fields["last_error"] = rolled.last_error
     update: dict[str, Any] = {"$set": fields}
     if increments:
         update["$inc"] = increments
+    if replayed:
+        update["$unset"] = {"replay": ""}
     updated = rt.store.states.cas(name, {"rolled_generation": {"$lt": generation}}, update)
     return updated or rt.store.states.get(name) or state
 

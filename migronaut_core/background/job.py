@@ -23,7 +23,9 @@ from migronaut_core.background.spec import (
     BackgroundSpec,
     Direction,
     exclude_bad_ids,
+    match_hash,
     match_of,
+    only_ids,
     read_stored,
 )
 from migronaut_core.background.store import PlanDocument, StateDocument
@@ -52,6 +54,9 @@ class Job:
     #: How a write is guarded: ``pipeline`` (``_id`` filter, the version/revision test
     #: inside the update; MongoDB 5.0+) or ``filter`` (the test in the filter).
     guard: Literal["pipeline", "filter"] = "filter"
+    #: The token of the failed-only retry this job's pass works (its ``match`` is
+    #: narrowed to that retry's documents), None for an ordinary pass.
+    replay: str | None = None
 
     @property
     def collection(self) -> str:
@@ -208,17 +213,21 @@ def build_job(
     r"""The job for a loaded file and its state (None when unregistered), checksum unchecked.
 
     The registered spec wins over the file's; the state's direction, bad ``_id``\ s
-    and generation apply. :func:`job_for` is the checked way in; a dry run calls
+    and generation apply; a started failed-only retry (``replay``) narrows the match
+    to its documents instead. :func:`job_for` is the checked way in; a dry run calls
     this directly, since it reports a changed file instead of refusing it.
     """
     spec = read_stored(state["spec"], name=name) if state and state.get("spec") else loaded.spec
     direction: Direction = "revert" if state and state.get("direction") == "revert" else "forward"
+    replay = state.get("replay") if state else None
+    replaying = replay is not None and "ids" in replay
     bad_ids = state.get("bad_ids") if state else None
-    match = (
-        {}
-        if spec.mode == "step"
-        else exclude_bad_ids(match_of(spec, direction), list(bad_ids or []))
-    )
+    if spec.mode == "step":
+        match: Document = {}
+    elif replay is not None and replaying:
+        match = only_ids(match_of(spec, direction), list(replay.get("ids") or []))
+    else:
+        match = exclude_bad_ids(match_of(spec, direction), list(bad_ids or []))
     splitting = partitioner_for(rt, spec, direction)
     return Job(
         name=name,
@@ -233,7 +242,18 @@ def build_job(
         cancel=cancel or CancelToken(),
         sharding=splitting.sharding,
         guard="pipeline" if rt.supports_pipeline_guard() else "filter",
+        replay=replay["token"] if replay is not None and replaying else None,
     )
+
+
+def pass_match(job: Job) -> str:
+    """The fingerprint of what a pass of ``job`` matches (a plan's ``match``).
+
+    A failed-only retry's pass matches its own documents: its fingerprint differs
+    from an ordinary pass's, so neither plan is taken for the other.
+    """
+    source = match_hash(job.spec, job.direction)
+    return source if job.replay is None else f"{source}:replay:{job.replay}"
 
 
 def assert_transactions(rt: Runtime, name: str, spec: BackgroundSpec) -> None:

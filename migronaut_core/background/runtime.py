@@ -13,6 +13,7 @@ import logging
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 
 from pymongo import MongoClient
@@ -29,9 +30,10 @@ from migronaut_core.background.throttle.health import oplog_headroom_key
 from migronaut_core.background.throttle.pacing import warning_keys
 from migronaut_core.background.throttle.registry import ThrottleRegistry
 from migronaut_core.background.warn_once import WarnOnce
-from migronaut_core.clock import monotonic
+from migronaut_core.clock import monotonic, utc_now
 from migronaut_core.deployment import supports_transactions
 from migronaut_core.lock import MongoLock
+from migronaut_core.windows import Window
 
 log = logging.getLogger("migronaut_core.background")
 
@@ -90,6 +92,11 @@ class Runtime:
     bookkeeping: tuple[str, ...] = ()
     #: Documents per second every migration of the target shares (``background_budget``).
     budget_rate: int | None = None
+    #: The target's maintenance windows (``background_windows``), for every
+    #: migration whose spec sets no ``windows`` of its own; empty: always open.
+    windows: tuple[Window, ...] = ()
+    #: The wall clock windows are judged on: the one seam tests move time through.
+    wall_clock: Callable[[], datetime] = utc_now
     #: Warnings said once per kit: ``rt.warn_once(key, message, *args)``.
     warn_once: WarnOnce = field(default_factory=lambda: WarnOnce(log), init=False)
     #: The adaptive controllers and lag probes this kit's lanes share.
@@ -134,6 +141,10 @@ class Runtime:
             self.ttl_seconds,
             label="background coordinator lock",
         )
+
+    def windows_of(self, spec: BackgroundSpec) -> tuple[Window, ...]:
+        """The windows a migration's lanes keep: its spec's own, else the target's."""
+        return self.windows if spec.windows is None else spec.windows
 
     def emit(self, event: str, payload: Mapping[str, Any]) -> None:
         self.events.emit(event, dict(payload))

@@ -383,7 +383,8 @@ class Telemetry:
         self._gauge(names.LAST_PROGRESS, readings.last_progress, name)
 
     def hold_observed(self, migration: str, *, held: bool) -> None:
-        """The lanes of ``migration`` began (or ended) a hold on a health signal.
+        """The lanes of ``migration`` began (or ended) a hold: a health signal past its
+        hard limit, or no maintenance window open.
 
         Sent by the lane that writes the hold, at once: a coordinator step (which
         reports the hold from the status too) may not run while lanes hold.

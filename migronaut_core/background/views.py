@@ -26,9 +26,11 @@ from typing import TYPE_CHECKING, Any, Final, Literal, ParamSpec, TypeVar
 
 import pendulum
 
+from migronaut_core.background.failed import count_failed
 from migronaut_core.bson_values import json_safe
 from migronaut_core.clock import utc_now
 from migronaut_core.json_shape import json_field, to_json_dict
+from migronaut_core.windows import Window, WindowError, parse_windows, window_state
 
 if TYPE_CHECKING:
     from migronaut_core.background.store import BackgroundStore, PartitionDocument, StateDocument
@@ -114,22 +116,66 @@ class PacingView:
 
 @dataclass(frozen=True, slots=True)
 class HoldView:
-    """Why the lanes hold: a MongoDB health signal past its hard limit, and its reading.
+    """Why the lanes hold, by ``reason``: ``health``, ``window`` or ``brake``.
 
-    ``since``: when the hold on this signal began; ``at``: when ``reading`` was
-    taken (refreshed about every 10 s while it lasts). Server figures only, never
-    a document's.
+    ``health``: a MongoDB health signal (``signal``, ``level``) past its hard
+    limit, its ``reading`` and the ``limit``. ``window``: no maintenance window
+    is open; ``until``: when the next one opens. ``brake``: the target's brake
+    (``signal`` ``brake``; its reason and until are the brake's). ``since``:
+    when this hold began; ``at``: when a lane last confirmed it (about every
+    10 s while lanes look). Server figures and times only, never a document's.
     """
 
-    signal: str
-    level: str
+    signal: str | None
+    level: str | None
     reading: float | bool | None
     limit: float | bool | None
     since: datetime | None
     at: datetime | None
+    reason: str = "health"
+    until: datetime | None = field(default=None, metadata=json_field(omit="none"))
+
+    @property
+    def text(self) -> str:
+        """The hold in a few words, as the CLI and the UI show it."""
+        if self.reason == "window":
+            until = "the next window" if self.until is None else _shown_time(self.until)
+            return f"waiting for window until {until}"
+        if self.reason == "brake":
+            return "held: the target's brake is on"
+        return f"held: {self.signal} {self.reading} (hard limit {self.limit})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape, with :attr:`text`."""
+        return {**to_json_dict(self), "text": self.text}
+
+
+@dataclass(frozen=True, slots=True)
+class WindowView:
+    """The maintenance windows a migration's lanes keep, and where the clock stands.
+
+    ``source``: ``spec`` (the migration's own ``windows``) or ``target`` (the
+    config's ``background_windows``). ``open``: lanes may work now, at
+    ``rate`` (``full speed``, ``50%``, ``2000 docs/s``) until ``closes_at``
+    (None: not within the coming week); closed: the next window ``opens_at``.
+    Times are UTC, judged on the reader's clock when the view was read. A
+    later ETA can count the closed stretches from these.
+    """
+
+    source: str
+    open: bool
+    rate: str | None
+    opens_at: datetime | None
+    closes_at: datetime | None
+    windows: tuple[Mapping[str, Any], ...]
 
     def to_dict(self) -> dict[str, Any]:
         return to_json_dict(self)
+
+
+def _shown_time(value: datetime) -> str:
+    """A time as people read it in a status: UTC, to the minute."""
+    return pendulum.instance(value).in_timezone("UTC").format("YYYY-MM-DD HH:mm [UTC]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,21 +240,25 @@ class ValidatorView:
 class BackgroundStatusView:
     """The status of one background migration, read without writing anything.
 
-    ``failed_documents`` counts every failed document: those recorded on the
-    state (rolled up from finished passes) and ``pass_failed_documents``, those
-    of the current pass still on its partitions (0 once it is rolled up); every
-    reader shows this one total. ``average_docs_per_second``: this pass's
-    documents over the time since ``pass_started_at`` (to its completion), the
-    rate ``eta_seconds`` is told by. ``mode`` is the spec's mode as registered
-    (``declarative``, ``step`` or ``update``); ``runs_as`` names it as readers see
-    it (:data:`RunsAs`; None only for a state without a mode). ``pass_started_at``:
-    when this pass's first plan was committed (a replan keeps it); ``started_at``
-    for a state planned before it was recorded. ``document_errors`` lists why,
-    oldest first, in the same order. ``plan`` is the current plan without its
-    token (empty before the first plan). ``held_by``: while it runs, the MongoDB
-    health signal past its hard limit that holds its lanes (left out of the JSON
-    when none does). ``validator``: the finalize validator's phase and soak
-    (:class:`ValidatorView`; left out when the spec has none or it has not begun).
+    ``failed_documents`` counts every failed document, each once: those recorded on the
+    state (rolled up from finished passes), those a failed-only retry is retrying, and
+    ``pass_failed_documents``, those of the current pass still on its partitions (0 once
+    it is rolled up); every reader shows this one total, the one
+    :func:`~migronaut_core.background.failed.read_failed` pages through.
+    ``average_docs_per_second``: this pass's documents over the time since
+    ``pass_started_at`` (to its completion), the rate ``eta_seconds`` is told by.
+    ``mode`` is the spec's mode as registered (``declarative``, ``step`` or ``update``);
+    ``runs_as`` names it as readers see it (:data:`RunsAs`; None only for a state
+    without a mode). ``pass_started_at``: when this pass's first plan was committed (a
+    replan keeps it); ``started_at`` for a state planned before it was recorded.
+    ``document_errors`` lists why, oldest first, in the same order. ``plan`` is the
+    current plan without its token (empty before the first plan). ``held_by``: while it
+    runs, what holds its lanes (a MongoDB health signal past its hard limit, or no
+    maintenance window open; left out of the JSON when nothing does). ``validator``:
+    the finalize validator's phase and soak (:class:`ValidatorView`; left out when the
+    spec has none or it has not begun). ``window``: the maintenance windows its lanes
+    keep and when the next opens or closes (left out when none apply, and once the
+    migration completed, failed or was cancelled).
     """
 
     name: str
@@ -250,6 +300,7 @@ class BackgroundStatusView:
     document_errors: tuple[DocumentError, ...] = field(metadata=json_field(omit="always"))
     held_by: HoldView | None = field(default=None, metadata=json_field(omit="none"))
     validator: ValidatorView | None = field(default=None, metadata=json_field(omit="none"))
+    window: WindowView | None = field(default=None, metadata=json_field(omit="none"))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape of the CLI's ``--json`` and the UI's JSON API."""
@@ -259,10 +310,20 @@ class BackgroundStatusView:
 # -- reading ---------------------------------------------------------------------------
 
 
-def read_status(store: BackgroundStore, name: str) -> BackgroundStatusView | None:
-    """One migration's view; None when it is not registered. Reads only."""
+def read_status(
+    store: BackgroundStore,
+    name: str,
+    *,
+    windows: Sequence[Window] = (),
+    now: datetime | None = None,
+) -> BackgroundStatusView | None:
+    """One migration's view; None when it is not registered. Reads only.
+
+    :param windows: the target's maintenance windows, for a spec without its own;
+        :param now: the moment they are judged at (default: now).
+    """
     state = store.states.get(name, projection={"history": 0})
-    return None if state is None else status_view(store, state)
+    return None if state is None else status_view(store, state, windows=windows, now=now)
 
 
 def read_statuses(
@@ -270,6 +331,8 @@ def read_statuses(
     *,
     names: Collection[str] | None = None,
     statuses: Collection[str] | None = None,
+    windows: Sequence[Window] = (),
+    now: datetime | None = None,
 ) -> list[BackgroundStatusView]:
     """The views of every registered migration (or of ``names``, in ``statuses``), oldest
     first. Reads only."""
@@ -278,7 +341,7 @@ def read_statuses(
         query["_id"] = {"$in": sorted(names)}
     if statuses:
         query["status"] = {"$in": sorted(statuses)}
-    return [status_view(store, state) for state in store.states.list_states(query)]
+    return [status_view(store, state, windows=windows) for state in store.states.list_states(query)]
 
 
 def registered_names(store: BackgroundStore) -> list[str]:
@@ -286,13 +349,29 @@ def registered_names(store: BackgroundStore) -> list[str]:
     return [state["_id"] for state in store.states.list_states()]
 
 
-def status_json(store: BackgroundStore, state: StateDocument) -> dict[str, Any]:
+def status_json(
+    store: BackgroundStore,
+    state: StateDocument,
+    *,
+    windows: Sequence[Window] = (),
+    now: datetime | None = None,
+) -> dict[str, Any]:
     """The JSON status of one background migration (see :class:`BackgroundStatusView`)."""
-    return status_view(store, state).to_dict()
+    return status_view(store, state, windows=windows, now=now).to_dict()
 
 
-def status_view(store: BackgroundStore, state: StateDocument) -> BackgroundStatusView:
-    """The view of a state document, with its current partitions and live leases."""
+def status_view(
+    store: BackgroundStore,
+    state: StateDocument,
+    *,
+    windows: Sequence[Window] = (),
+    now: datetime | None = None,
+) -> BackgroundStatusView:
+    """The view of a state document, with its current partitions and live leases.
+
+    :param windows: the target's maintenance windows, shown for a spec without
+        its own; :param now: the moment they are judged at (default: now).
+    """
     name = state["_id"]
     generation = state.get("generation", 0)
     partitions = store.partitions.list_partitions(name, generation=generation)
@@ -320,7 +399,7 @@ def status_view(store: BackgroundStore, state: StateDocument) -> BackgroundStatu
         totals=dict(state.get("totals") or {}),
         partition_counts=_by_status(partitions),
         live_leases=store.leases.live_leases(name),
-        failed_documents=len(state.get("bad_ids") or []) + pass_failed,
+        failed_documents=count_failed(state, partitions),
         failed_document_samples=tuple(
             json_safe({key: entry.get(key) for key in ("id", "reason", "error")})
             for entry in errors[-VIEW_FAILED_DOCUMENTS:]
@@ -350,21 +429,51 @@ def status_view(store: BackgroundStore, state: StateDocument) -> BackgroundStatu
         ),
         held_by=_hold(state),
         validator=_validator(state),
+        window=(
+            None if state.get("status") in _FINISHED else _window(spec, windows, now or utc_now())
+        ),
     )
 
 
 def _hold(state: StateDocument) -> HoldView | None:
-    """The lanes' health hold while the migration runs (a finished one holds nothing)."""
-    hold = state.get("health_hold")
+    """What holds the lanes while the migration runs (a finished one holds nothing)."""
+    hold = state.get("hold")
     if state.get("status") != "running" or not isinstance(hold, Mapping):
         return None
+    reason = str(hold.get("reason", "health"))
     return HoldView(
-        signal=str(hold.get("signal")),
-        level=str(hold.get("level", "hard")),
+        signal=_text(hold.get("signal")),
+        level=_text(hold.get("level")),
         reading=hold.get("reading"),
         limit=hold.get("limit"),
         since=_time(hold.get("since")),
         at=_time(hold.get("at")),
+        reason=reason,
+        until=_time(hold.get("until")),
+    )
+
+
+#: Statuses whose lanes are done for good: no window schedule to show.
+_FINISHED: Final = frozenset({"completed", "failed", "cancelled"})
+
+
+def _window(spec: Document, default: Sequence[Window], now: datetime) -> WindowView | None:
+    """The windows the lanes keep (the spec's own, else the target's); None when none do."""
+    own = spec.get("windows")
+    try:
+        windows = tuple(default) if own is None else parse_windows(own)
+    except WindowError:
+        return None
+    if not windows:
+        return None
+    where = window_state(windows, now)
+    return WindowView(
+        source="target" if own is None else "spec",
+        open=where.open,
+        rate=None if where.window is None else where.window.rate_text(),
+        opens_at=where.opens_at,
+        closes_at=where.closes_at,
+        windows=tuple(window.to_document() for window in windows),
     )
 
 

@@ -13,6 +13,7 @@ not registered raises :class:`NotAppliedError`.
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 from typing import Any
@@ -85,6 +86,28 @@ def history(kit: Migronaut, args: argparse.Namespace) -> int:
         why = f"({entry['reason']})" if entry.get("reason") else ""
         line = " ".join(part for part in (moved, who, why) if part)
         print(f"{entry.get('at') or '-'}  {entry.get('action', '?'):<8} {line}")
+    return 0
+
+
+def failed(kit: Migronaut, args: argparse.Namespace) -> int:
+    """Print the documents one could not rewrite: ``_id``, why and when, never values."""
+    view = kit.background.failed(args.name, limit=args.limit, offset=args.offset)
+    if args.json:
+        emit(view.to_dict())
+        return 0
+    shown = len(view.documents)
+    first = view.offset + 1 if shown else view.offset
+    print(
+        f"{view.name} ({view.status}): {view.total} failed document(s)"
+        + (f", {first}-{view.offset + shown} shown" if shown < view.total else "")
+        + ("; a failed-only retry is under way" if view.retrying else "")
+    )
+    for row in view.documents:
+        why = row.reason or "?"
+        text = row.error or "details no longer kept"
+        generation = "-" if row.generation is None else row.generation
+        retrying = "  (retrying)" if row.retrying else ""
+        print(f"  {json.dumps(row.id)}  {why}: {text}  generation {generation}{retrying}")
     return 0
 
 
@@ -299,6 +322,7 @@ def control(kit: Migronaut, args: argparse.Namespace) -> int:
         reason=args.reason,
         wait=getattr(args, "wait", False),
         repin=getattr(args, "repin", False),
+        failed_only=getattr(args, "failed_only", False),
     )
     if args.json:
         emit({"name": name, "action": action, "previous": before, **result.to_dict()})
@@ -404,6 +428,8 @@ def _control_line(name: str, action: ControlAction, before: Any, result: Control
     line = f"{name}: {DONE[action]} ({moved})"
     if result.replan is not None:
         line += "; replans its partitions" if result.replan else "; keeps its partitions"
+    if result.failed is not None:
+        line += f"; retries {result.failed} failed document(s) only"
     if result.stopped is not None:
         line += "; lanes stopped" if result.stopped else "; lanes still running (timed out)"
     return line

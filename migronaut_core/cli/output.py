@@ -59,10 +59,8 @@ def print_views(views: list[dict[str, Any]]) -> None:
 
 
 def _held_text(held: Any) -> str:
-    """A held migration's note where the last error would be: the signal, its reading."""
-    if not isinstance(held, dict):
-        return ""
-    return f"held: {held.get('signal')} {held.get('reading')} (hard limit {held.get('limit')})"
+    """A held migration's note where the last error would be (``HoldView.text``)."""
+    return str(held.get("text") or "") if isinstance(held, dict) else ""
 
 
 def _validator_text(view: dict[str, Any]) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 from migronaut_core import BACKGROUND_MILESTONES, CONTROL_ACTIONS, Migronaut
 from migronaut_core.background.control.actions import RETRYING, STOPPING, SUMMARIES
+from migronaut_core.background.failed import DEFAULT_FAILED_LIMIT
 from migronaut_core.cli import background_commands as background
 from migronaut_core.cli import runner_commands as runner
 
@@ -159,11 +160,22 @@ def _add_background_commands(actions: Any) -> None:
         return command
 
     status = action(
-        "status", background.status, "status of one background migration or all", named=False
+        "status",
+        background.status,
+        "status of one background migration or all, and what holds its lanes "
+        "(waiting for a maintenance window, a health signal)",
+        named=False,
     )
     status.add_argument("name", metavar="NAME", nargs="?", help="one background migration")
     action("partitions", background.partitions, "partitions of the current pass")
     action("history", background.history, "control history: who did what, when and why")
+    failed = action(
+        "failed", background.failed, "documents it could not rewrite: _id, why (never values)"
+    )
+    failed.add_argument(
+        "--limit", type=int, default=DEFAULT_FAILED_LIMIT, metavar="N", help="at most N (100)"
+    )
+    failed.add_argument("--offset", type=int, default=0, metavar="N", help="skip the first N")
     action("runnable", background.runnable, "background migrations with work to do", named=False)
     audit = action("audit", background.audit, "findings that need a look (read-only)", named=False)
     _add_stale_minutes(audit)
@@ -190,18 +202,7 @@ def _add_background_commands(actions: Any) -> None:
     run.add_argument("--slice-ms", type=int, metavar="MS", help="time per lane slice")
     run.add_argument("--once", action="store_true", help="one coordinator round, then stop")
 
-    wait = action("wait", background.wait, "wait for a milestone: a deploy gate")
-    wait.add_argument(
-        "--until",
-        choices=BACKGROUND_MILESTONES,
-        default="completed",
-        help="migrated (every document: ship the new writers), completed (default), "
-        "finalized (its validator enforced)",
-    )
-    wait.add_argument("--timeout", type=float, metavar="SECONDS", help="default: no limit")
-    wait.add_argument(
-        "--interval", type=float, default=2.0, metavar="SECONDS", help="between reads (default 2)"
-    )
+    _add_wait(action)
 
     dry_run = action("dry-run", background.dry_run, "preview one on a few documents; write nothing")
     picked = dry_run.add_mutually_exclusive_group()
@@ -226,7 +227,13 @@ def _add_background_commands(actions: Any) -> None:
         if name in STOPPING:
             control.add_argument("--wait", action="store_true", help="until lanes have stopped")
         if name in RETRYING:
-            control.add_argument("--from-start", action="store_true", help="drop all progress")
+            which = control.add_mutually_exclusive_group()
+            which.add_argument("--from-start", action="store_true", help="drop all progress")
+            which.add_argument(
+                "--failed-only",
+                action="store_true",
+                help="only the documents it could not rewrite (see `background failed`)",
+            )
             control.add_argument("--repin", action="store_true", help="repin the file first")
 
 
@@ -251,4 +258,20 @@ def _add_brake_commands(action: Callable[..., argparse.ArgumentParser]) -> None:
         background.brake_status,
         "the brake and its log (who, when, why)",
         named=False,
+    )
+
+
+def _add_wait(action: Callable[..., argparse.ArgumentParser]) -> None:
+    """Add ``migronaut background wait``, the deploy gate."""
+    wait = action("wait", background.wait, "wait for a milestone: a deploy gate")
+    wait.add_argument(
+        "--until",
+        choices=BACKGROUND_MILESTONES,
+        default="completed",
+        help="migrated (every document: ship the new writers), completed (default), "
+        "finalized (its validator enforced)",
+    )
+    wait.add_argument("--timeout", type=float, metavar="SECONDS", help="default: no limit")
+    wait.add_argument(
+        "--interval", type=float, default=2.0, metavar="SECONDS", help="between reads (default 2)"
     )

@@ -5,7 +5,9 @@ that works one background migration at a time through the engine's
 :class:`~migronaut_core.background.runtime.Runtime`: the coordinator step,
 slices and in-process runs, the typed status views and reads (reads only), the
 one control entry point (:meth:`Background.control`: pause, resume, cancel,
-retry, repin, unlock), the target-wide brake, the dry run, the background audit and the engine's
+retry — of everything left, or of the failed documents only —, repin, unlock),
+the failed documents (:meth:`Background.failed`), the target-wide brake,
+the dry run, the background audit and the engine's
 events.
 """
 
@@ -34,6 +36,7 @@ from migronaut_core.background.coordinator import (
 from migronaut_core.background.dry_run import DryRunReport, StepDryRunReport
 from migronaut_core.background.dry_run import dry_run as preview
 from migronaut_core.background.events import Listener
+from migronaut_core.background.failed import DEFAULT_FAILED_LIMIT, FailedDocumentsView, read_failed
 from migronaut_core.background.gate import MILESTONES, Milestone, WaitResult, wait_for_milestone
 from migronaut_core.background.lanes.driver import drive
 from migronaut_core.background.lanes.lane import LaneBinding, SliceResult, run_slice
@@ -51,6 +54,7 @@ from migronaut_core.background.views import (
 )
 from migronaut_core.changelog import Actor
 from migronaut_core.checks import check_choice, check_int, check_number
+from migronaut_core.errors import NotAppliedError
 from migronaut_core.kit.base import KitBase
 from migronaut_core.kit.results import HistoryEntry, RunnableMigration
 from migronaut_core.runner import with_default_user
@@ -133,7 +137,12 @@ class Background:
             until_done=until_done,
             cancel=cancel,
         )
-        return read_status(self._kit._runtime.store, name)
+        return read_status(
+            self._kit._runtime.store,
+            name,
+            windows=self._kit._runtime.windows,
+            now=self._kit._runtime.wall_clock(),
+        )
 
     def runnable(self) -> list[RunnableMigration]:
         """Background migrations with work to do, oldest first (blocked ones whose
@@ -157,7 +166,9 @@ class Background:
         limit = timedelta(seconds=stall_seconds)
         return [
             view.name
-            for view in read_statuses(store, statuses=["running"])
+            for view in read_statuses(
+                store, statuses=["running"], windows=self._kit._runtime.windows
+            )
             if (state := store.states.get(view.name)) is not None
             and (idle := stalled_for(self._kit._runtime, state)) is not None
             and idle >= limit
@@ -209,7 +220,12 @@ class Background:
         Reads only: no index is created and nothing is written (a blocked one
         is not unblocked here).
         """
-        return read_status(self._kit._runtime.store, name)
+        return read_status(
+            self._kit._runtime.store,
+            name,
+            windows=self._kit._runtime.windows,
+            now=self._kit._runtime.wall_clock(),
+        )
 
     def statuses(
         self,
@@ -223,7 +239,13 @@ class Background:
         :param statuses: only those in these statuses (empty or None: any).
         Reads only, like :meth:`status`.
         """
-        return read_statuses(self._kit._runtime.store, names=names, statuses=statuses)
+        return read_statuses(
+            self._kit._runtime.store,
+            names=names,
+            statuses=statuses,
+            windows=self._kit._runtime.windows,
+            now=self._kit._runtime.wall_clock(),
+        )
 
     def names(self) -> list[str]:
         """Every registered background migration, oldest first; reads only."""
@@ -236,6 +258,30 @@ class Background:
             name, generation=state["generation"]
         )
         return [partition_of(partition) for partition in partitions]
+
+    def failed(
+        self, name: str, *, limit: int = DEFAULT_FAILED_LIMIT, offset: int = 0
+    ) -> FailedDocumentsView:
+        """A page of the documents it could not rewrite, oldest first: ``_id``, why, when.
+
+        Each row names the document by its ``_id`` (JSON-safe), the error's kind
+        (``reason``), the server's ``code`` and the value-free text the engine kept
+        (an exception's type name, a write error's summary), and the ``generation``
+        that recorded it; never a document's values. ``total`` counts them all; page
+        with ``offset``. Reads only. ``control(name, "retry", failed_only=True)``
+        retries exactly these.
+
+        :raises ConfigInvalidError: ``limit`` outside 1 to 10,000, or a negative ``offset``.
+        :raises NotAppliedError: it is not registered.
+        """
+        files.validate_name(name)
+        view = read_failed(self._kit._runtime.store, name, limit=limit, offset=offset)
+        if view is None:
+            raise NotAppliedError(
+                f"background migration {name} is not registered; run `migronaut up` first",
+                {"migration": name},
+            )
+        return view
 
     def history(self, name: str) -> list[HistoryEntry]:
         """The control history, oldest first: action, from, to, who, why, when."""
@@ -253,6 +299,7 @@ class Background:
         reason: str | None = None,
         wait: bool = False,
         repin: bool = False,
+        failed_only: bool = False,
     ) -> ControlResult:
         """Apply any of the :data:`~migronaut_core.CONTROL_ACTIONS` to a background migration.
 
@@ -260,10 +307,15 @@ class Background:
         they have, ``stopped`` says whether in time). ``resume``: back to
         pending, or blocked while its requirements are open. ``retry``: a failed
         or cancelled one from its checkpoints (a completed one is reopened over
-        what is left); ``retry_from_start`` drops all progress; either pins the
-        file on disk first with ``repin``. ``repin``: the file on disk becomes
-        its version (its checksum in the changelog too, and ``checksum`` on the
-        result; ``replan`` says whether its partitions are planned again).
+        what is left); ``retry`` with ``failed_only`` retries just the documents
+        it could not rewrite (:meth:`failed`) in one pass over those, through the
+        same guarded write path and error budget: those that now migrate leave the
+        failed list, those that fail again stay with their new error (``failed``
+        on the result: how many it takes); ``retry_from_start`` drops all
+        progress; either retry pins the file on disk first with ``repin``.
+        ``repin``: the file on disk becomes its version (its checksum in the
+        changelog too, and ``checksum`` on the result; ``replan`` says whether its
+        partitions are planned again).
         ``unlock``: clears the coordinator lock and every lease (``lock``,
         ``leases``; its status is unchanged) of any name, registered or not (a
         lock left behind by a withdrawn migration: status ``unregistered``).
@@ -273,13 +325,18 @@ class Background:
 
         :raises ConfigInvalidError: an unknown action, or an option it does not take.
         :raises NotAppliedError: it is not registered (any action but ``unlock``).
-        :raises BackgroundConflictError: the action does not fit its status.
+        :raises BackgroundConflictError: the action does not fit its status (a
+            failed-only retry: unless it is completed, failed or cancelled and has
+            failed documents), before anything is written.
         """
-        action = controls.check_control(action, wait=wait, repin=repin)
+        action = controls.check_control(action, wait=wait, repin=repin, failed_only=failed_only)
         who = with_default_user(Actor(requested_by=requested_by, reason=reason))
         files.validate_name(name)
         self._kit._ready()
-        return controls.settled(action, self._apply_control(name, action, who, wait, repin))
+        applied = self._apply_control(
+            name, action, who, wait=wait, repin=repin, failed_only=failed_only
+        )
+        return controls.settled(action, applied)
 
     def brake(
         self,
@@ -315,31 +372,42 @@ class Background:
         return brakes.brake_log(self._kit._runtime)
 
     def _apply_control(
-        self, name: str, action: ControlAction, who: Actor, wait: bool, repin: bool
+        self,
+        name: str,
+        action: ControlAction,
+        who: Actor,
+        *,
+        wait: bool,
+        repin: bool,
+        failed_only: bool,
     ) -> ControlResult:
         if action == "unlock":
             return controls.unlock(self._kit._runtime, name, actor=who)
         if action == "repin":
             return self._repin(name, who)
-        replan = self._repin_for_retry(name, who) if repin else None
+        replan = self._repin_for_retry(name, who, failed_only=failed_only) if repin else None
         if action == "retry_from_start":
             result = controls.control(self._kit._runtime, name, "retry", actor=who, from_start=True)
         else:
-            result = controls.control(self._kit._runtime, name, action, actor=who)
+            result = controls.control(
+                self._kit._runtime, name, action, actor=who, failed_only=failed_only
+            )
         if wait:
             return replace(result, stopped=controls.wait_for_lanes(self._kit._runtime, name))
         return result if replan is None else replace(result, replan=replan)
 
-    def _repin_for_retry(self, name: str, actor: Actor) -> bool | None:
+    def _repin_for_retry(self, name: str, actor: Actor, *, failed_only: bool) -> bool | None:
         """Repin before a retry, once the retry is known to fit the status; answer ``replan``.
 
-        A retry the state machine refuses raises here, so it leaves the file's pin
-        (spec, checksum, changelog) as it was.
+        A retry the state machine refuses (or a failed-only retry that does not fit)
+        raises here, so it leaves the file's pin (spec, checksum, changelog) as it was.
         """
         state = self._kit._runtime.store.states.get(name)
         if state is not None:
             status = state["status"]
             transition(status, "reopen" if status == "completed" else "retry", migration=name)
+            if failed_only:
+                controls.check_failed_only(self._kit._runtime, state)
         return self._repin(name, actor).replan
 
     def _repin(self, name: str, actor: Actor) -> ControlResult:

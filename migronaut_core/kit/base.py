@@ -167,6 +167,7 @@ class KitBase:
             on_completed=on_completed,
             adopted_of=adopted_of,
             shard_aware=self.config.background_shard_aware,
+            windows=self.config.background_windows or (),
             telemetry=self._telemetry,
             bookkeeping=self.config.bookkeeping_collections,
             budget_rate=self.config.background_budget,

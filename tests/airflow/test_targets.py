@@ -250,3 +250,26 @@ def test_the_ui_resolves_the_default_target_as_the_dags_do(
         assert kit.config.database == "shop"  # [migronaut] database over the schema
     finally:
         kits.close()
+
+
+def test_a_targets_maintenance_windows_come_from_airflows_configuration_as_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    migrations = _migrations(tmp_path)
+    nights = '[{"days": ["sat", "sun"], "from": "22:00", "to": "06:00", "rate": "500/s"}]'
+    monkeypatch.setenv("AIRFLOW__MIGRONAUT__BACKGROUND_WINDOWS", nights)
+    settings = resolve_target(arguments={"migrations_dir": migrations})
+    windows = settings.config.background_windows
+    assert windows is not None
+    assert [(w.days, w.start, w.end, w.docs_per_s) for w in windows] == [((5, 6), 1320, 360, 500)]
+    # The operators get the same list, so every task's kit keeps the same windows.
+    assert settings.operator_args()["migronaut_config"]["background_windows"][0]["rate"] == "500/s"
+
+    monkeypatch.setenv(
+        "AIRFLOW__MIGRONAUT__BACKGROUND_WINDOWS",
+        '[{"days": ["someday-secret"], "from": "22:00", "to": "06:00"}]',
+    )
+    with pytest.raises(ConfigInvalidError) as refused:
+        resolve_target(arguments={"migrations_dir": migrations}).config  # noqa: B018
+    assert refused.value.context["key"] == "background_windows.0.days"
+    assert "someday-secret" not in str(refused.value)

@@ -150,3 +150,57 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = 
             return value
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
+
+
+FLAKY_NAME = "20240103000000_split_flaky"
+#: A name split whose transform fails on every ``n`` ending in 3 while ``BROKEN`` (its
+#: message quotes the document, which must never leave the engine), on ``n == 13``
+#: also once fixed (a ``KeyError``), and which, once fixed, plays an application write
+#: to document 23 (a new name, its revision bumped) while transforming it.
+FLAKY_SPLIT = """
+import time
+
+background = {{
+    "collection": "users",
+    "from": 1,
+    "to": 2,
+    "batch_size": 20,
+    "max_parallel": 2,
+    "revision_field": "_rev",
+    "max_document_errors": {max_document_errors},
+}}
+
+BROKEN = True
+SLOW = 0.0
+
+
+def migrate(doc, ctx):
+    time.sleep(SLOW)
+    n = doc["n"]
+    if BROKEN and n % 10 == 3:
+        raise ValueError("cannot split " + doc["name"])
+    if n == 13:
+        raise KeyError(doc["name"])
+    if n == 23 and not doc["name"].startswith("Changed"):
+        ctx.db.users.update_one(
+            {{"_id": doc["_id"]}}, {{"$set": {{"name": "Changed Person"}}, "$inc": {{"_rev": 1}}}}
+        )
+    first, _, last = doc.pop("name").partition(" ")
+    return {{**doc, "first": first, "last": last}}
+"""
+
+
+def write_flaky(directory: Path, *, max_document_errors: int = 100) -> Path:
+    """Write :data:`FLAKY_SPLIT` (broken); :func:`fix_flaky` repairs it on disk."""
+    return write_background(
+        directory,
+        FLAKY_NAME,
+        body=FLAKY_SPLIT.format(max_document_errors=max_document_errors),
+    )
+
+
+def fix_flaky(path: Path, *, per_document_seconds: float = 0.0) -> None:
+    """Repair the transform :func:`write_flaky` wrote (a new checksum: repin it), slowed
+    by ``per_document_seconds`` (so a slice of the retry can end part-way)."""
+    fixed = path.read_text().replace("BROKEN = True", "BROKEN = False")
+    path.write_text(fixed.replace("SLOW = 0.0", f"SLOW = {per_document_seconds!r}"))

@@ -77,3 +77,30 @@ def captured_logs() -> Iterator[list[dict[str, Any]]]:
 
 def logged_text(entries: list[dict[str, Any]]) -> str:
     return "\n".join(str(entry.get("event")) for entry in entries)
+
+
+def seed_hold(db: Database[Document], hold: str) -> None:
+    """Put a hold on :data:`NAME`'s state, as held lanes leave it.
+
+    ``"window"``: waiting for a window that opens in an hour (confirmed 10 min
+    ago); ``"health"``: a health hold confirmed just now; ``"stale-health"``: one
+    nobody has confirmed for 10 minutes (its lanes are gone).
+    """
+    now = dt.datetime.now(dt.UTC)
+    long_ago = now - dt.timedelta(minutes=10)
+    documents: dict[str, Document] = {
+        "window": {
+            "reason": "window",
+            "until": now + dt.timedelta(hours=1),
+            "since": long_ago,
+            "at": long_ago,
+        },
+        "health": {"reason": "health", "signal": "cache_used", "since": long_ago, "at": now},
+        "stale-health": {
+            "reason": "health",
+            "signal": "cache_used",
+            "since": long_ago,
+            "at": long_ago,
+        },
+    }
+    db[NAMES.state].update_one({"_id": NAME}, {"$set": {"hold": documents[hold]}})

@@ -15,6 +15,7 @@ from migronaut_core.audit import Finding
 from migronaut_core.background.control.actions import ControlResult
 from migronaut_core.background.coordinator import Answer
 from migronaut_core.background.dry_run.report import DocumentPreview, DryRunReport, StepDryRunReport
+from migronaut_core.background.failed import FailedDocument, FailedDocumentsView
 from migronaut_core.background.indexes.converge import ConvergeReport, IndexReport
 from migronaut_core.background.indexes.prune import PruneReport
 from migronaut_core.background.lanes.lane import SliceResult
@@ -270,6 +271,7 @@ CASES: dict[str, Any] = {
         stopped=True,
         lock=False,
         leases=0,
+        failed=4,
         may_run=True,
     ),
     "control_unset": ControlResult(applied="unchanged", status="paused"),
@@ -334,4 +336,31 @@ CASES: dict[str, Any] = {
         kind="lock_stale", migration="m", collection=None, message="msg", severity="warning"
     ),
     "error": MigrationFailedError("failed", {"migration": "m"}),
+    "failed_documents": FailedDocumentsView(
+        name="m",
+        status="completed",
+        total=3,
+        offset=1,
+        limit=2,
+        retrying=True,
+        documents=(
+            FailedDocument(
+                id=7,
+                reason="write",
+                code=11000,
+                error="duplicate key on index email_1 (code 11000)",
+                generation=2,
+                at=UTC_TIME,
+                retrying=True,
+            ),
+            FailedDocument(
+                id='{"$oid": "65a1b2c3d4e5f60718293a4b"}',
+                reason=None,
+                code=None,
+                error=None,
+                generation=None,
+                at=None,
+            ),
+        ),
+    ),
 }

@@ -266,6 +266,7 @@ EXPECTED: dict[str, Any] = {
         "stopped": True,
         "lock": False,
         "leases": 0,
+        "failed": 4,
     },
     "control_unset": {"applied": "unchanged", "status": "paused"},
     "document_preview": {
@@ -368,6 +369,34 @@ EXPECTED: dict[str, Any] = {
         "severity": "warning",
     },
     "error": {"code": "MIGRATION_FAILED", "message": "failed", "context": {"migration": "m"}},
+    "failed_documents": {
+        "name": "m",
+        "status": "completed",
+        "total": 3,
+        "offset": 1,
+        "limit": 2,
+        "retrying": True,
+        "documents": [
+            {
+                "id": 7,
+                "reason": "write",
+                "code": 11000,
+                "error": "duplicate key on index email_1 (code 11000)",
+                "generation": 2,
+                "at": "2026-01-02T03:04:05.678000+00:00",
+                "retrying": True,
+            },
+            {
+                "id": '{"$oid": "65a1b2c3d4e5f60718293a4b"}',
+                "reason": None,
+                "code": None,
+                "error": None,
+                "generation": None,
+                "at": None,
+                "retrying": False,
+            },
+        ],
+    },
 }
 
 

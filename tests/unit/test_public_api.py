@@ -13,6 +13,7 @@ from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.control import actions
 from migronaut_core.background.coordinator import Answer
 from migronaut_core.background.dry_run import DryRunReport, StepDryRunReport
+from migronaut_core.background.failed import FailedDocument, FailedDocumentsView
 from migronaut_core.background.indexes import ConvergeReport
 from migronaut_core.background.lanes.lane import SliceResult
 from migronaut_core.background.views import BackgroundStatusView
@@ -31,6 +32,8 @@ from migronaut_core.scrub import redact_uri
         ConvergeReport,
         CancelToken,
         BackgroundStatusView,
+        FailedDocument,
+        FailedDocumentsView,
     ],
     ids=lambda exported: exported.__name__,
 )
@@ -69,6 +72,8 @@ def test_check_control_accepts_every_action(action: str) -> None:
         ("unlock", {"wait": True}, "wait"),
         ("pause", {"repin": True}, "repin"),
         ("repin", {"repin": True}, "repin"),
+        ("retry_from_start", {"failed_only": True}, "failed_only"),
+        ("pause", {"failed_only": True}, "failed_only"),
     ],
 )
 def test_check_control_refuses_unknown_actions_and_options_that_do_not_fit(

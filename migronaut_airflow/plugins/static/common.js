@@ -100,6 +100,13 @@ window.Migronaut = (function () {
     return secs + "s";
   }
 
+  // A running migration's ETA; outside every maintenance window, what it waits for.
+  function eta(m) {
+    if (m.status !== "running") return "–";
+    if (m.window && !m.window.open && m.held) return m.held;
+    return duration(m.eta_seconds);
+  }
+
   function rate(value) {
     if (value === null || value === undefined) return "–";
     return (value < 10 ? value.toFixed(1) : Math.round(value).toLocaleString()) + " docs/s";
@@ -221,6 +228,7 @@ window.Migronaut = (function () {
     count,
     estimate,
     duration,
+    eta,
     rate,
     when,
     sparkline,

@@ -19,6 +19,8 @@
   const form = dialog.querySelector('[data-role="confirm-form"]');
   const reason = dialog.querySelector('textarea[name="reason"]');
   const repin = dialog.querySelector('input[name="repin"]');
+  const failedOnly = dialog.querySelector('input[name="failed_only"]');
+  const FAILED_SHOWN = 100;
   const submit = dialog.querySelector('button[data-role="submit"]');
   let pending = null; // the button whose action the dialog confirms
   let pollFailed = false; // the error shown is a refresh's (cleared by the next good one)
@@ -32,7 +34,7 @@
     M.setText(summary, '[data-field="processed"]', String(m.processed));
     const estimate = M.estimate(m.progress);
     M.setText(summary, '[data-field="estimate"]', estimate);
-    M.setText(summary, '[data-field="eta"]', m.status === "running" ? M.duration(m.eta_seconds) : "–");
+    M.setText(summary, '[data-field="eta"]', M.eta(m));
     M.setText(summary, '[data-field="pass"]', m.pass);
     const lanes = m.max_parallel ? m.live_leases + " / " + m.max_parallel : m.live_leases;
     M.setText(summary, '[data-field="lanes"]', lanes);
@@ -45,9 +47,19 @@
     const shown = M.mode(m);
     M.setText(summary, '[data-field="mode"]', shown.text).title = shown.title;
     M.setText(summary, '[data-field="phase"]', m.phase || "–");
+    M.setText(summary, '[data-field="validator"]', validatorText(m.validator));
     M.setText(summary, '[data-field="waits"]', m.waits_for.length ? m.waits_for.join(", ") : "–");
-    M.setText(summary, '[data-field="last_error"]', m.last_error || "–");
+    M.setText(summary, '[data-field="last_error"]', m.last_error || m.held || "–");
     document.querySelector('[data-role="readonly"]').hidden = m.permissions.can_control;
+  }
+
+  // The finalize validator in words: its phase, the soak's clean checks and old-shape counts.
+  function validatorText(v) {
+    if (!v) return "–";
+    if (v.phase === "error") return "enforced (error)";
+    if (v.phase === "recorded") return "about to warn";
+    const seen = v.old_shape_seen ? ", " + M.count(v.old_shape_seen) + " old-shape seen" : "";
+    return "soaking (warn): " + v.clean_passes + " clean check(s)" + seen;
   }
 
   function partitionRow(p) {
@@ -160,6 +172,33 @@
     document.querySelector('[data-role="failures"]').replaceChildren(...items);
   }
 
+  function failedRow(d) {
+    const id = typeof d.id === "string" ? d.id : JSON.stringify(d.id);
+    return M.el("tr", {}, [
+      M.el("td", { class: "mono", text: id }),
+      M.el("td", { text: (d.reason || "?") + (d.retrying ? " (retrying)" : "") }),
+      M.el("td", { class: "num", text: d.code == null ? "–" : String(d.code) }),
+      M.el("td", { text: d.error || "details no longer kept" }),
+      M.el("td", { class: "num", text: d.generation == null ? "–" : String(d.generation) }),
+      M.el("td", { text: d.at || "–" }),
+    ]);
+  }
+
+  async function fillFailed(m) {
+    const body = document.querySelector('[data-role="failed"]');
+    const total = document.querySelector('[data-field="failed_total"]');
+    if (!m.failed_documents) {
+      total.textContent = "";
+      body.replaceChildren(M.el("tr", { class: "placeholder" }, [M.el("td", { colspan: "6", text: "None." })]));
+      return;
+    }
+    const page = await M.api(path + "/failed?limit=" + FAILED_SHOWN);
+    total.textContent = page.total > page.documents.length
+      ? "(" + page.documents.length + " of " + page.total + ")"
+      : "(" + page.total + ")";
+    body.replaceChildren(...page.documents.map(failedRow));
+  }
+
   async function refresh() {
     try {
       const m = await M.api(path);
@@ -169,6 +208,7 @@
       fillThrottle(m);
       fillDrift(m);
       fillFailures(m);
+      await fillFailed(m);
       M.stamp(updated);
       if (pollFailed) M.clearError(errorBox);
       pollFailed = false;
@@ -186,7 +226,9 @@
     dialog.querySelector('[data-role="warning"]').hidden = !destructive;
     const action = button.dataset.action;
     dialog.querySelector('[data-role="repin-option"]').hidden = !action.startsWith("retry");
+    dialog.querySelector('[data-role="failed-only-option"]').hidden = action !== "retry";
     repin.checked = false;
+    failedOnly.checked = false;
     submit.textContent = destructive ? "Yes, " + button.dataset.label.toLowerCase() : button.dataset.label;
     submit.className = destructive ? "danger" : "primary";
     dialog.showModal();
@@ -195,6 +237,7 @@
 
   function describe(result) {
     let text = result.action + " by " + result.requested_by + ": " + result.applied + ", now " + result.status;
+    if (result.failed != null) text += "; retries " + result.failed + " failed document(s) only";
     if (result.dag_run) text += "; started " + result.dag_run.dag_id + " (" + result.dag_run.run_id + ")";
     if (result.dag_run && result.dag_run.dag_paused) text += " — the DAG is paused in Airflow";
     if (result.dag_run_note) text += "; " + result.dag_run_note;
@@ -208,6 +251,7 @@
     submit.disabled = true;
     const payload = { reason: reason.value };
     if (repin.checked && action.startsWith("retry")) payload.repin = true;
+    if (failedOnly.checked && action === "retry") payload.failed_only = true;
     try {
       const result = await M.post(path + "/actions/" + action, payload);
       M.clearError(errorBox);

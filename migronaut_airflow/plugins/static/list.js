@@ -56,15 +56,15 @@
     row.querySelector('[data-role="fill"]').style.width = M.barWidth(m.progress);
     const estimate = M.estimate(m.progress);
     M.setText(row, '[data-field="counts"]', M.count(m.processed) + " / " + estimate);
-    M.setText(row, '[data-field="eta"]', m.status === "running" ? M.duration(m.eta_seconds) : "–");
+    M.setText(row, '[data-field="eta"]', M.eta(m));
     M.setText(row, '[data-field="pass"]', m.pass);
     const lanes = m.max_parallel ? m.live_leases + " / " + m.max_parallel : m.live_leases;
     M.setText(row, '[data-field="lanes"]', lanes);
     row.querySelector('[data-role="sparkline"]').replaceChildren(M.sparkline(m.throughput.series));
     M.setText(row, '[data-field="throughput"]', M.rate(m.throughput.docs_per_second));
     M.setText(row, '[data-field="failed"]', M.count(m.failed_documents));
-    const lastError = M.setText(row, '[data-field="last_error"]', m.last_error || "–");
-    lastError.title = m.last_error || "";
+    const lastError = M.setText(row, '[data-field="last_error"]', m.last_error || m.held || "–");
+    lastError.title = m.last_error || m.held || "";
     const waits = m.waits_for.length ? m.waits_for.join(", ") : "–";
     M.setText(row, '[data-field="waits"]', waits);
   }

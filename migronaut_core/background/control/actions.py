@@ -9,17 +9,27 @@ Each status control is a compare-and-set on the state's status, recorded in its
 status raises :class:`~migronaut_core.errors.BackgroundConflictError`; one that is
 already in effect answers ``unchanged``. Every control answers a
 :class:`ControlResult`.
+
+``retry`` with ``failed_only`` retries just the documents the migration could not
+rewrite (:func:`~migronaut_core.background.failed.failed_ids`): it asks for one
+pass over exactly those (the state's ``replay``), which the coordinator starts and
+plans and lanes work like any pass — leased, fenced, resumable, through the
+guarded write and within the document error budget. It is refused
+(:func:`check_failed_only`) unless the migration is completed, failed or
+cancelled and has failed documents.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Final, Literal, get_args
 
 from migronaut_core.background.cancel import CancelToken
+from migronaut_core.background.failed import failed_ids
 from migronaut_core.background.gauges import publish_status
 from migronaut_core.background.lifecycle import waiting_for
 from migronaut_core.background.runtime import Runtime
@@ -138,9 +148,10 @@ class ControlResult:
     changelog records, so a deploy script can check it pinned the file it
     shipped). ``stopped``: with ``wait``, the lanes stopped in time.
     ``lock`` and ``leases``: an unlock cleared the coordinator lock / dropped
-    this many leases. ``may_run``: the action may have given the migration work
-    and it is pending or running, so its driver should run now (a driver started
-    otherwise would only find it done or failed). Not part of :meth:`to_dict`.
+    this many leases. ``failed``: the documents a failed-only retry takes.
+    ``may_run``: the action may have given the migration work and it is pending
+    or running, so its driver should run now (a driver started otherwise would
+    only find it done or failed). Not part of :meth:`to_dict`.
     """
 
     applied: Literal["changed", "unchanged"]
@@ -150,6 +161,7 @@ class ControlResult:
     lock: bool | None = field(default=None, metadata=json_field(omit="none"))
     leases: int | None = field(default=None, metadata=json_field(omit="none"))
     checksum: str | None = field(default=None, metadata=json_field(omit="none"))
+    failed: int | None = field(default=None, metadata=json_field(omit="none"))
     may_run: bool = field(default=False, metadata=json_field(omit="always"))
 
     def to_dict(self) -> dict[str, Any]:
@@ -161,11 +173,14 @@ def settled(action: ControlAction, result: ControlResult) -> ControlResult:
     return replace(result, may_run=action in RESTARTING and result.status in RUNNABLE)
 
 
-def check_control(action: str, *, wait: bool = False, repin: bool = False) -> ControlAction:
+def check_control(
+    action: str, *, wait: bool = False, repin: bool = False, failed_only: bool = False
+) -> ControlAction:
     """``action`` as a :data:`ControlAction`, with options that fit it.
 
     :raises ConfigInvalidError: an unknown action, ``wait`` with an action that
-        stops no lane, or ``repin`` with one that is not a retry.
+        stops no lane, ``repin`` with one that is not a retry, or ``failed_only``
+        with one that is not ``retry``.
     """
     known = next((listed for listed in CONTROL_ACTIONS if listed == action), None)
     if known is None:
@@ -181,7 +196,36 @@ def check_control(action: str, *, wait: bool = False, repin: bool = False) -> Co
         raise ConfigInvalidError(
             "repin goes with retry and retry_from_start only", {"key": "repin", "action": known}
         )
+    if failed_only and known != "retry":
+        raise ConfigInvalidError(
+            "failed_only goes with retry only", {"key": "failed_only", "action": known}
+        )
     return known
+
+
+def check_failed_only(rt: Runtime, state: StateDocument) -> list[Any]:
+    """The documents a failed-only retry of ``state`` would take (never empty).
+
+    :raises BackgroundConflictError: the migration is not completed, failed or
+        cancelled (lanes may still be writing, or another retry is under way), or it
+        has no failed documents; ``context["reason"]`` says which (``status``,
+        ``no-failed-documents``). Nothing was written.
+    """
+    name, status = state["_id"], state["status"]
+    context: dict[str, Any] = {"migration": name, "action": "retry", "failed_only": True}
+    if status not in TERMINAL:
+        raise BackgroundConflictError(
+            f"cannot retry the failed documents of background migration {name}: it is "
+            f"{status}; a failed-only retry needs it completed, failed or cancelled",
+            {**context, "status": status, "reason": "status"},
+        )
+    ids = failed_ids(rt.store, state)
+    if not ids:
+        raise BackgroundConflictError(
+            f"cannot retry the failed documents of background migration {name}: it has none",
+            {**context, "status": status, "reason": "no-failed-documents"},
+        )
+    return ids
 
 
 def _registered(rt: Runtime, name: str, action: str) -> StateDocument:
@@ -205,16 +249,24 @@ def control(
     *,
     actor: Actor | None = None,
     from_start: bool = False,
+    failed_only: bool = False,
 ) -> ControlResult:
-    """Move a background migration's status by ``action``; see the module docstring."""
+    """Move a background migration's status by ``action``; see the module docstring.
+
+    :raises BackgroundConflictError: the action does not fit its status (with
+        ``failed_only``: see :func:`check_failed_only`).
+    """
     who = actor or Actor()
     for _ in range(10):
         state = _registered(rt, name, action)
+        retrying = check_failed_only(rt, state) if failed_only else None
         effective = "reopen" if action == "retry" and state["status"] == "completed" else action
         move = transition(state["status"], effective, migration=name)
         if move.applied == "unchanged":
             return ControlResult("unchanged", state["status"])
         target, fields = _plan_move(rt, state, action, effective, move.to, from_start, who)
+        if retrying is not None:
+            fields.update(_replay_fields(retrying))
         moved = rt.store.states.move(
             name,
             from_statuses=[state["status"]],
@@ -223,10 +275,12 @@ def control(
             fields=fields,
             by=who.requested_by,
             reason=who.reason,
+            note=None if retrying is None else {"failed_only": True, "failed": len(retrying)},
         )
         if moved is None:
             continue  # someone moved it first: judge again from what it is now
-        _adjust_partitions(rt, state, action, effective, from_start)
+        if retrying is None:
+            _adjust_partitions(rt, state, action, effective, from_start)
         rt.emit(
             "background:control",
             {
@@ -235,11 +289,13 @@ def control(
                 "from": state["status"],
                 "to": target,
                 "requested_by": who.requested_by,
+                **({} if retrying is None else {"failed_only": True, "failed": len(retrying)}),
             },
         )
         log.info("%s: %s (%s -> %s)", name, action, state["status"], target)
         publish_status(rt, name)
-        return ControlResult("changed", target)
+        failed = None if retrying is None else len(retrying)
+        return ControlResult("changed", target, failed=failed)
     raise BackgroundConflictError(
         f"background migration {name} kept changing while {action} was applied; try again",
         {"migration": name, "action": action},
@@ -275,6 +331,7 @@ def _plan_move(
                 "failed_partitions": 0,
                 "doc_errors": [],
                 "last_error": None,
+                "replay": None,
             }
         )
     elif action == "retry":
@@ -282,6 +339,23 @@ def _plan_move(
         if _pass_closed(state):
             fields["phase"] = "partition"
     return target, fields
+
+
+def _replay_fields(ids: list[Any]) -> dict[str, Any]:
+    """A failed-only retry's request, which a coordinator step starts (a new pass).
+
+    ``ids``, every failed document, are written back to ``bad_ids`` so the step that
+    starts the request takes each one: also those of an earlier failed-only retry a
+    failure cut short, and those still on the partitions of a pass a failure cut
+    short (the step rolls that pass up first; merging keeps each id once). Those
+    partitions are left as they are, not reopened.
+    """
+    return {
+        "replay": {"token": uuid.uuid4().hex, "requested_at": utc_now()},
+        "bad_ids": ids,
+        "phase": "partition",
+        "failed_partitions": 0,
+    }
 
 
 def _pass_closed(state: StateDocument) -> bool:

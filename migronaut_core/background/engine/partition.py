@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from pymongo.client_session import ClientSession
@@ -88,13 +89,19 @@ class PartitionResult:
     error: MigronautError | None = None
     #: Why a ``held`` partition was let go: the server health signal past its hard limit.
     held_by: HealthBreach | None = None
+    #: Or: no maintenance window is open; when the next one opens.
+    held_until: datetime | None = None
 
 
 def held(ctx: PartitionContext, counters: dict[str, int]) -> PartitionResult | None:
-    """A ``held`` result when a server health signal is past its hard limit; None: go on.
+    """A ``held`` result outside every maintenance window or while a server health signal
+    is past its hard limit; None: go on.
 
     Asked at a batch boundary, before anything of the next batch is written.
     """
+    closed = ctx.throttle.window_hold()
+    if closed is not None:
+        return PartitionResult("held", counters, held_until=closed.opens_at)
     breach = ctx.throttle.hard_breach()
     return None if breach is None else PartitionResult("held", counters, held_by=breach)
 
@@ -130,10 +137,12 @@ def control_outcome(control: StateDocument | None, job: Job, plan_token: str) ->
     return None
 
 
-def errors_of(errors: Sequence[DocError]) -> tuple[list[Any], list[Document]]:
-    """A batch's failed documents as stored: their ids and their entries."""
+def errors_of(errors: Sequence[DocError], generation: int) -> tuple[list[Any], list[Document]]:
+    """A batch's failed documents as stored: their ids, and their entries with the
+    ``generation`` that recorded them (what the failed-documents list shows)."""
     at = epoch_seconds()
-    return [error.id for error in errors], [{**error.entry(), "at_epoch": at} for error in errors]
+    entries = [{**error.entry(), "generation": generation, "at_epoch": at} for error in errors]
+    return [error.id for error in errors], entries
 
 
 def checkpoint_batch(
@@ -160,7 +169,7 @@ def checkpoint_batch(
     :returns: the result, the next cursor (``None``: drained) and the counters.
     :raises LockLostError: the lease is not ours any more; nothing was written.
     """
-    bad_ids, doc_errors = errors_of(result.errors)
+    bad_ids, doc_errors = errors_of(result.errors, job.generation)
     # Read and not rewritten (left to the next pass, or failed): a draining partition
     # steps over them.
     left = [*result.left, *bad_ids]

@@ -111,7 +111,7 @@ def work_reading_ahead(
             done = next_cursor is None or (ahead is not None and not ahead.docs)
             stop = None if done else _stop_reason(job, ctx, first=False)
             go_on = not done and stop is None
-            bad_ids, doc_errors = errors_of(result.errors)
+            bad_ids, doc_errors = errors_of(result.errors, job.generation)
             store.leases.checkpoint(
                 ctx.lease,
                 cursor=next_cursor if next_cursor is not None else batch.cursor,

@@ -165,7 +165,11 @@ def drive(
         run_lanes(rt, name, lanes, slice_ms=slice_ms, cancel=token, on_slice=on_slice)
         if not until_done:
             state = rt.store.states.get(name)
-            return status_json(rt.store, state) if state else {"name": name, "status": None}
+            return (
+                status_json(rt.store, state, windows=rt.windows, now=rt.wall_clock())
+                if state
+                else {"name": name, "status": None}
+            )
 
 
 def _coordinate(rt: Runtime, name: str, token: CancelToken) -> Answer | None:
@@ -200,7 +204,7 @@ def _finished(rt: Runtime, name: str, status: str | None) -> dict[str, Any]:
         return {"name": name, "status": status or "unregistered"}
     if state["status"] == "failed":
         raise failed_error(state)
-    return status_json(rt.store, state)
+    return status_json(rt.store, state, windows=rt.windows, now=rt.wall_clock())
 
 
 def failed_error(state: StateDocument) -> BackgroundFailedError:

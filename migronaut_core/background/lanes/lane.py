@@ -17,13 +17,15 @@ A slice answers with an outcome:
 - ``paused`` / ``cancelled`` / ``failed`` — the migration's status says stop;
 - ``stopped`` — the caller's cancel token fired;
 - ``lost`` — the lease was reaped or unlocked under us; nothing more was written;
-- ``held`` — a MongoDB health signal is past its hard limit (``held_by``: which,
-  its reading and the limit), or the target's brake is on (``held_by.signal``
-  ``brake``; :mod:`~migronaut_core.background.throttle.budget`): the lane
-  stopped at a batch boundary, released its partition (or claimed none), and
-  the state's ``health_hold`` says so to every status reader; try again after
-  ``retry_after_ms``. The first lane to find every signal within its hard limit
-  (and the brake off) again removes the hold.
+- ``held`` — no maintenance window is open (``held_until``: when the next one
+  opens), the target's brake is on, or a MongoDB health signal is past its hard
+  limit (``held_by``: which, its reading and the limit; ``brake`` for the brake,
+  :mod:`~migronaut_core.background.throttle.budget`): the lane stopped at a
+  batch boundary, released its partition (or claimed none), and the state's
+  ``hold`` (its ``reason``: ``window``, ``brake`` or ``health``) says so to every
+  status reader; try again after ``retry_after_ms``. The first lane to find a
+  window open, the brake off and every signal within its hard limit again
+  removes the hold.
 
 Every event a lane emits (``background:slice:start``, ``batch``, ``throttle``,
 ``slice:end``, ``lease:lost``, and ``failed`` when its partition fails the
@@ -42,8 +44,9 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final, Literal, cast, get_args
 
 import pendulum
@@ -60,7 +63,7 @@ from migronaut_core.background.job import Job, assert_transactions, job_for, pla
 from migronaut_core.background.lifecycle import fail_state
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.store import (
-    HealthHoldDocument,
+    HoldDocument,
     Lease,
     PartitionDocument,
     StateDocument,
@@ -95,6 +98,7 @@ from migronaut_core.errors import (
 from migronaut_core.json_shape import json_field, to_json_dict
 from migronaut_core.scrub import error_text
 from migronaut_core.server_errors import is_retryable_write
+from migronaut_core.windows import window_state
 
 log = logging.getLogger("migronaut_core.background")
 
@@ -103,6 +107,8 @@ _CONTROL_FIELDS = {"status": 1, "generation": 1, "plan.token": 1}
 HOLD_RETRY_MS: Final = 2_000
 #: A hold's stored reading is refreshed at most this often, whatever the lanes.
 HOLD_REFRESH_S: Final = 10.0
+#: A lane waiting for a maintenance window looks again at least this often.
+WINDOW_RETRY_MAX_MS: Final = 300_000
 
 
 #: How a slice ended (the module's docstring says what each means).
@@ -140,6 +146,8 @@ class SliceResult:
     checksums: dict[str, str] | None = field(default=None, metadata=json_field(omit="none"))
     #: Why a slice was ``held``: the health signal past its hard limit, and its reading.
     held_by: HealthBreach | None = field(default=None, metadata=json_field(omit="none"))
+    #: Or: no maintenance window is open; when the next one opens (UTC).
+    held_until: datetime | None = field(default=None, metadata=json_field(omit="none"))
 
     def to_dict(self) -> dict[str, Any]:
         return to_json_dict(self)
@@ -301,10 +309,9 @@ def run_slice(
             return SliceResult("stopped", counters)
         if worked and monotonic() >= deadline:
             return SliceResult("yielded", counters)
-        reading = _health_reading(rt, job)
-        breach = rt.budget.brake_breach() or _hard_breach(job, reading)
-        if breach is not None:
-            return _hold(rt, state, breach, reading, counters)
+        holding = _holding(rt, job, state, counters)
+        if holding is not None:
+            return holding
         _release_hold(rt, state)
         claim = rt.store.leases.claim(
             name,
@@ -339,9 +346,35 @@ def run_slice(
             return SliceResult("failed", counters, error=message)
         if result.outcome != "exhausted":
             rt.store.leases.release(claim.lease)
-            if result.outcome == "held" and result.held_by is not None:
-                return _hold(rt, state, result.held_by, _health_reading(rt, job), counters)
+            if result.outcome == "held":
+                return _held_by_result(rt, job, state, result, counters)
             return SliceResult(_as_slice_outcome(result.outcome), counters)
+
+
+def _holding(
+    rt: Runtime, job: Job, state: StateDocument, counters: dict[str, int]
+) -> SliceResult | None:
+    """A ``held`` answer when no window is open, the brake is on or a health signal is
+    past its hard limit (in that order); None: the lane may claim."""
+    closed = window_state(rt.windows_of(job.spec), rt.wall_clock())
+    if not closed.open:
+        return _hold_for_window(rt, state, closed.opens_at, counters)
+    if (brake := rt.budget.brake()) is not None:
+        return _hold_for_brake(rt, state, brake, counters)
+    reading = _health_reading(rt, job)
+    breach = _hard_breach(job, reading)
+    return None if breach is None else _hold(rt, state, breach, reading, counters)
+
+
+def _held_by_result(
+    rt: Runtime, job: Job, state: StateDocument, result: PartitionResult, counters: dict[str, int]
+) -> SliceResult:
+    """The hold a partition's ``held`` outcome names, recorded on the state."""
+    if result.held_by is not None and result.held_by.signal == BRAKE_SIGNAL:
+        return _hold_for_brake(rt, state, rt.budget.brake() or {}, counters)
+    if result.held_by is not None:
+        return _hold(rt, state, result.held_by, _health_reading(rt, job), counters)
+    return _hold_for_window(rt, state, result.held_until, counters)
 
 
 def _not_claimable(
@@ -397,44 +430,116 @@ def _hold(
     """Hold the lane (no partition claimed or kept) and say why on the state, once per signal."""
     name = state["_id"]
     now = utc_now()
-    stored = state.get("health_hold")
-    since = stored["since"] if stored and stored.get("signal") == breach.signal else now
-    hold: HealthHoldDocument = {
+    hold: HoldDocument = {
+        "reason": "health",
         "signal": breach.signal,
         "level": breach.level,
         "reading": breach.reading,
         "limit": breach.limit,
-        "since": since,
+        "since": _hold_since(state, "health", breach.signal, now),
         "at": now,
     }
-    if rt.store.states.hold(name, hold, refresh_before=now - timedelta(seconds=HOLD_REFRESH_S)):
-        if breach.signal == BRAKE_SIGNAL:
-            log.warning("%s: lanes hold: the target's brake is on", name)
-        else:
-            log.warning(
-                "%s: lanes hold: %s reads %s, past its hard limit %s",
-                name,
-                breach.signal,
-                breach.reading,
-                breach.limit,
-            )
+    if _record_hold(rt, state, hold):
+        log.warning(
+            "%s: lanes hold: %s reads %s, past its hard limit %s",
+            name,
+            breach.signal,
+            breach.reading,
+            breach.limit,
+        )
         rt.emit("background:throttle", {"migration": name, "reason": "held", **breach.to_dict()})
-    state["health_hold"] = hold
     rt.telemetry.hold_observed(name, held=True)
-    _warn_oplog_headroom(rt, name, since, reading)
+    _warn_oplog_headroom(rt, name, hold["since"], reading)
     return SliceResult("held", counters, retry_after_ms=HOLD_RETRY_MS, held_by=breach)
 
 
+def _hold_for_window(
+    rt: Runtime, state: StateDocument, opens_at: datetime | None, counters: dict[str, int]
+) -> SliceResult:
+    """Hold the lane until the next maintenance window opens, and say so on the state.
+
+    The lane looks again when it opens, or after :data:`WINDOW_RETRY_MAX_MS` if
+    that is sooner (edited windows apply within that); never sooner than
+    :data:`HOLD_RETRY_MS`.
+    """
+    name = state["_id"]
+    now = utc_now()
+    until = opens_at or now + timedelta(milliseconds=WINDOW_RETRY_MAX_MS)
+    hold: HoldDocument = {
+        "reason": "window",
+        "until": until,
+        "since": _hold_since(state, "window", None, now),
+        "at": now,
+    }
+    if _record_hold(rt, state, hold):
+        log.info("%s: lanes wait for a maintenance window until %s", name, until.isoformat())
+        rt.telemetry.throttled(name, "window")
+        rt.emit(
+            "background:throttle",
+            {"migration": name, "reason": "held", "signal": "window", "until": until.isoformat()},
+        )
+    rt.telemetry.hold_observed(name, held=True)
+    wait_ms = (until - rt.wall_clock()).total_seconds() * 1000
+    retry_ms = int(min(WINDOW_RETRY_MAX_MS, max(HOLD_RETRY_MS, wait_ms)))
+    return SliceResult("held", counters, retry_after_ms=retry_ms, held_until=until)
+
+
+def _hold_for_brake(
+    rt: Runtime, state: StateDocument, brake: Mapping[str, object], counters: dict[str, int]
+) -> SliceResult:
+    """Hold the lane while the target's brake is on, and say so on the state.
+
+    The hold carries no ``until`` (a stall watch would trust it that long): it is
+    current while held lanes confirm it, and the brake's own ``until`` is the
+    brake's (``brake-status``).
+    """
+    name = state["_id"]
+    now = utc_now()
+    hold: HoldDocument = {
+        "reason": "brake",
+        "signal": BRAKE_SIGNAL,
+        "since": _hold_since(state, "brake", BRAKE_SIGNAL, now),
+        "at": now,
+    }
+    if _record_hold(rt, state, hold):
+        log.warning("%s: lanes hold: the target's brake is on (%s)", name, brake.get("reason"))
+        rt.emit("background:throttle", {"migration": name, "reason": "held", "signal": "brake"})
+    rt.telemetry.hold_observed(name, held=True)
+    return SliceResult(
+        "held",
+        counters,
+        retry_after_ms=HOLD_RETRY_MS,
+        held_by=HealthBreach(BRAKE_SIGNAL, "hard", True, True),
+    )
+
+
+def _hold_since(state: StateDocument, reason: str, signal: str | None, now: datetime) -> datetime:
+    """When the stored hold began, if it is this one; else ``now``."""
+    stored = state.get("hold")
+    same = stored and stored.get("reason") == reason and stored.get("signal") == signal
+    return stored["since"] if stored and same else now
+
+
+def _record_hold(rt: Runtime, state: StateDocument, hold: HoldDocument) -> bool:
+    """Write the hold on the state (a refresh at most every :data:`HOLD_REFRESH_S`); True
+    when it is a new one."""
+    refresh_before = hold["at"] - timedelta(seconds=HOLD_REFRESH_S)
+    fresh = rt.store.states.hold(state["_id"], hold, refresh_before=refresh_before)
+    state["hold"] = hold
+    return fresh
+
+
 def _release_hold(rt: Runtime, state: StateDocument) -> None:
-    """Every signal is within its hard limit: the first lane to see it removes the hold."""
-    stored = state.pop("health_hold", None)
+    """Nothing holds the lanes any more: the first lane to see it removes the hold."""
+    stored = state.pop("hold", None)
     if stored is None or not rt.store.states.release_hold(state["_id"]):
         return
     rt.telemetry.hold_observed(state["_id"], held=False)
-    log.info("%s: lanes resume: %s is within its hard limit", state["_id"], stored.get("signal"))
+    cause = stored.get("signal") or stored.get("reason")
+    log.info("%s: lanes resume: %s no longer holds them", state["_id"], cause)
     rt.emit(
         "background:throttle",
-        {"migration": state["_id"], "reason": "released", "signal": stored.get("signal")},
+        {"migration": state["_id"], "reason": "released", "signal": cause},
     )
 
 
@@ -566,6 +671,8 @@ def _work(held: SliceContext) -> PartitionResult:
         warn=rt.warn_once,
         telemetry=rt.telemetry,
         budget=rt.budget,
+        windows=rt.windows_of(job.spec),
+        wall_clock=rt.wall_clock,
     )
     try:
         with LeaseKeeper(rt, lease) as keeper:

@@ -15,6 +15,10 @@ Waiting ends, with one ``reason``:
                    them and plans new lanes)
 =================  ===================================================================
 
+While the lanes hold on purpose (no maintenance window open, or a health
+signal past its hard limit: the snapshot's ``held``), no live lease is no sign
+of dead lanes: waiting goes on, and the grace starts over once the hold ends.
+
 :class:`LanesWatch` judges :class:`~migronaut_core.background.store.lanes.LanesSnapshot`\\ s
 one at a time, so the sensor's poke mode and its trigger (which read the
 snapshots sync and async) decide alike. Pure: the caller passes the clock.
@@ -62,17 +66,19 @@ class LanesWatch:
         return self.judge_partitions(
             open_partitions=bool(snapshot.open_partitions),
             live_lease=snapshot.live_lease,
+            held=snapshot.held,
             now=now,
         )
 
     def judge_partitions(
-        self, *, open_partitions: bool, live_lease: bool, now: float
+        self, *, open_partitions: bool, live_lease: bool, now: float, held: bool = False
     ) -> dict[str, Any] | None:
-        """Judge whether the plan has open partitions and any lease is live, at ``now``."""
+        """Judge whether the plan has open partitions and any lease is live (or the lanes
+        hold on purpose), at ``now``."""
         if not open_partitions:
             self._no_lease_since = None
             return {"reason": "drained"}
-        if live_lease:
+        if live_lease or held:
             self._no_lease_since = None
             return None
         if self._no_lease_since is None:

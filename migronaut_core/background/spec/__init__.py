@@ -3,7 +3,7 @@
 - :mod:`.model`: :class:`BackgroundSpec` and its settings, :class:`BackgroundFunctions`;
 - :mod:`.validation`: :func:`resolve_spec` (a migration file to a spec) and
   :func:`check_slice_ms`, every mistake a ``ConfigInvalidError`` naming the key;
-- :mod:`.match`: :func:`match_of`, :func:`exclude_bad_ids`, :func:`match_hash`;
+- :mod:`.match`: :func:`match_of`, :func:`exclude_bad_ids`, :func:`only_ids`, :func:`match_hash`;
 - :mod:`.stages`: the stages an update-pipeline migration may use, and may not
   write the stamps with.
 
@@ -14,7 +14,7 @@ Everything here is pure: no database, no clock, no logging.
 
 from __future__ import annotations
 
-from migronaut_core.background.spec.match import exclude_bad_ids, match_hash, match_of
+from migronaut_core.background.spec.match import exclude_bad_ids, match_hash, match_of, only_ids
 from migronaut_core.background.spec.model import (
     HEALTH_SENSE,
     HEALTH_SIGNALS,
@@ -64,6 +64,7 @@ __all__ = [
     "exclude_bad_ids",
     "match_hash",
     "match_of",
+    "only_ids",
     "read_stored",
     "resolve_spec",
 ]

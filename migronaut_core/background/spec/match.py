@@ -43,6 +43,11 @@ def exclude_bad_ids(match: Mapping[str, Any], bad_ids: Sequence[Any]) -> dict[st
     return {"$and": [dict(match), {"_id": {"$nin": list(bad_ids)}}]}
 
 
+def only_ids(match: Mapping[str, Any], ids: Sequence[Any]) -> dict[str, Any]:
+    """Return ``match`` narrowed to the documents ``ids`` (a failed-only retry's pass)."""
+    return {"$and": [dict(match), {"_id": {"$in": list(ids)}}]}
+
+
 def match_hash(spec: BackgroundSpec | Mapping[str, Any], direction: Direction) -> str:
     """Return a stable fingerprint of what a pass in ``direction`` matches.
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias, get_args
 
 from migronaut_core.bson_values import clone_document
+from migronaut_core.windows import Window
 
 Mode: TypeAlias = Literal["declarative", "step", "update"]
 Direction: TypeAlias = Literal["forward", "revert"]
@@ -290,6 +291,9 @@ class BackgroundSpec:
       read-only; :func:`~migronaut_core.background.spec.match.match_of` returns a
       copy to build queries from;
     - ``transaction`` / ``adaptive`` / ``health`` are ``None`` when off;
+    - ``windows`` is ``None`` when the file sets none (the target's
+      ``background_windows`` apply), an empty tuple for "always open"
+      (:mod:`migronaut_core.windows`);
     - ``reversible`` says a way back exists (``revert``/``revert_batch``,
       ``revert_step`` in step mode, ``revert_update`` in update mode);
     - ``validator`` is ``None`` in step mode; ``validator_soak`` keeps its
@@ -319,6 +323,7 @@ class BackgroundSpec:
     adaptive: AdaptiveSettings | None = None
     throttle: ThrottleSettings = dataclasses.field(default_factory=ThrottleSettings)
     health: HealthSettings | None = dataclasses.field(default_factory=HealthSettings)
+    windows: tuple[Window, ...] | None = None
     reversible: bool = False
     update: list[dict[str, Any]] | None = None
     revert_update: list[dict[str, Any]] | None = None
@@ -372,6 +377,7 @@ class BackgroundSpec:
             "adaptive": _switch_document(self.adaptive),
             "throttle": dataclasses.asdict(self.throttle),
             "health": False if self.health is None else self.health.to_document(),
+            "windows": (None if self.windows is None else [w.to_document() for w in self.windows]),
             "reversible": self.reversible,
             "update": _stages_document(self.update),
             "revert_update": _stages_document(self.revert_update),

@@ -57,6 +57,7 @@ from migronaut_core.checks import (
     wrong_type,
 )
 from migronaut_core.errors import ConfigInvalidError
+from migronaut_core.windows import Window, WindowError, parse_windows
 
 _SLICE_MS: Final = (100, 3_600_000)
 #: The largest ``priority``: a migration's weight in the target's write budget.
@@ -168,6 +169,14 @@ def _switch(value: Any) -> Any:
 
 _field_name: Final = _checked(field_name_problem)
 _collection_name: Final = _checked(collection_name_problem)
+
+
+def _windows(value: Any) -> tuple[Window, ...]:
+    """Maintenance windows (:func:`~migronaut_core.windows.parse_windows`); ``[]``: always open."""
+    try:
+        return parse_windows(value)
+    except WindowError as error:
+        raise _InvalidError(error.problem, *error.path) from None
 
 
 def _w(value: Any) -> int | str:
@@ -282,6 +291,7 @@ _FILE_KEYS: Final[Mapping[str, _Key]] = {
     "adaptive": _Key(_switch, False),
     "throttle": _Key(_mapping),
     "health": _Key(_switch, True),
+    "windows": _Key(_optional(_windows), None),
     "update": _Key(_optional(_stages), None),
     "revert_update": _Key(_optional(_stages), None),
     "validator": _Key(_optional(_validator), None),
@@ -389,6 +399,7 @@ def _assemble(
         adaptive=_within("adaptive", _adaptive, values["adaptive"], batch_size, tolerant),
         throttle=_within("throttle", _throttle, values["throttle"], tolerant),
         health=_within("health", _health, values["health"], tolerant),
+        windows=values["windows"],
         reversible=reversible or values["revert_update"] is not None,
         update=values["update"],
         revert_update=values["revert_update"],

@@ -43,6 +43,8 @@ HistoryDocument = TypedDict(
         "replan": bool,
         "lock": bool,
         "leases": int,
+        "failed_only": bool,
+        "failed": int,
     },
     total=False,
 )
@@ -81,19 +83,25 @@ class ControlMark(TypedDict, total=False):
     reason: str
 
 
-class HealthHoldDocument(TypedDict):
-    """Why the lanes hold (``health_hold``): a server health signal past its hard limit.
+class HoldDocument(TypedDict, total=False):
+    """Why the lanes hold (``hold``), for one ``reason``.
 
-    ``since``: when the hold on this signal began; ``at``: when ``reading`` was taken.
-    Removed once a lane finds every signal within its hard limit.
+    ``health``: a server health signal (``signal``) past its hard limit
+    (``level``, ``reading``, ``limit``). ``window``: no maintenance window is
+    open; ``until``: when the next one opens. ``brake``: the target's brake
+    (``signal`` ``brake``, no ``until``). ``since``: when this hold began;
+    ``at``: when a lane last confirmed it (refreshed about every 10 s while
+    lanes look). Removed by the first lane that finds nothing holding it.
     """
 
+    reason: Required[str]
+    since: Required[datetime]
+    at: Required[datetime]
     signal: str
     level: str
     reading: float | bool
     limit: float | bool
-    since: datetime
-    at: datetime
+    until: datetime
 
 
 class ValidatorDocument(TypedDict, total=False):
@@ -117,6 +125,21 @@ class ValidatorDocument(TypedDict, total=False):
     old_shape_seen: int
     old_shape_at: datetime
     enforced_at: datetime
+
+
+class ReplayDocument(TypedDict, total=False):
+    """A failed-only retry (``replay``): asked for by a control, started by a coordinator.
+
+    ``token`` names the request. A coordinator step starts it: it moves the
+    failed ids from ``bad_ids`` to ``ids`` and plans one pass over exactly those
+    (its ``generation``); rolling that generation up ends it (the field is
+    removed, the ids that failed again are back in ``bad_ids``).
+    """
+
+    token: Required[str]
+    requested_at: Required[datetime]
+    ids: list[Any]
+    generation: int
 
 
 #: One background migration's state. ``pass`` is a keyword, hence the functional form.
@@ -160,8 +183,9 @@ StateDocument = TypedDict(
         "round": int,
         "control": ControlMark,
         "reopened": int,
-        "health_hold": HealthHoldDocument,
+        "hold": HoldDocument,
         "validator": ValidatorDocument,
+        "replay": "ReplayDocument | None",
     },
     total=False,
 )
@@ -262,12 +286,13 @@ __all__ = [
     "ControlMark",
     "ConvergeLogDocument",
     "CoordinatorMark",
-    "HealthHoldDocument",
     "HistoryDocument",
+    "HoldDocument",
     "InflightDocument",
     "LeaseDocument",
     "PartitionDocument",
     "PlanDocument",
+    "ReplayDocument",
     "StateDocument",
     "WatchDocument",
     "WatchLeaderDocument",

@@ -4,8 +4,9 @@ Airflow's ``wait_for_lanes`` sensor polls from a worker (pymongo) and, deferred,
 from the triggerer (pymongo's ``AsyncMongoClient``, which cannot share a
 :class:`~migronaut_core.background.store.BackgroundStore`). Both read through
 here, so the provider never builds a query on migronaut's collections and both
-modes see exactly what the other would. Reads only; three small indexed reads
-at most, the partition reads only while the pass is still running.
+modes see exactly what the other would. Reads only; four small indexed reads
+at most, the partition reads only while the pass is still running, the hold's
+only while no lease is live.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pymongo.database import Database
 from migronaut_core.background.store.documents import StateDocument
 from migronaut_core.background.store.leases import live_leases_filter
 from migronaut_core.background.store.partitions import open_partitions_filter
-from migronaut_core.background.store.states import LANES_STATE_PROJECTION
+from migronaut_core.background.store.states import LANES_STATE_PROJECTION, holding_filter
 from migronaut_core.config import BackgroundCollections
 
 __all__ = ["LanesSnapshot", "read_lanes", "read_lanes_async"]
@@ -37,12 +38,16 @@ class LanesSnapshot:
     :param open_partitions: the pass has pending or running partitions (``None``:
         not read, because the migration is not running that pass).
     :param live_lease: a lease of the migration is live (server clock).
+    :param held: no lease is live because the lanes hold on purpose: no maintenance
+        window is open, or a health signal is past its hard limit (the state's
+        ``hold``, current by the server's clock); read only when no lease is live.
     """
 
     status: str | None
     same_pass: bool
     open_partitions: bool | None = None
     live_lease: bool = False
+    held: bool = False
 
     @property
     def running_this_pass(self) -> bool:
@@ -76,7 +81,12 @@ def read_lanes(
     open_filter = open_partitions_filter(migration, generation=generation, plan=plan)
     has_open = partitions.find_one(open_filter, _ID_ONLY) is not None
     live = has_open and partitions.find_one(live_leases_filter(migration), _ID_ONLY) is not None
-    return LanesSnapshot(snapshot.status, True, open_partitions=has_open, live_lease=live)
+    held = (
+        has_open
+        and not live
+        and db[collections.state].find_one(holding_filter(migration), _ID_ONLY) is not None
+    )
+    return LanesSnapshot(snapshot.status, True, has_open, live, held)
 
 
 async def read_lanes_async(
@@ -98,4 +108,9 @@ async def read_lanes_async(
     live = (
         has_open and await partitions.find_one(live_leases_filter(migration), _ID_ONLY) is not None
     )
-    return LanesSnapshot(snapshot.status, True, open_partitions=has_open, live_lease=live)
+    held = (
+        has_open
+        and not live
+        and await db[collections.state].find_one(holding_filter(migration), _ID_ONLY) is not None
+    )
+    return LanesSnapshot(snapshot.status, True, has_open, live, held)

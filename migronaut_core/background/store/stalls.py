@@ -31,7 +31,14 @@ __all__ = ["StallEvidence", "note_stall_signal_async", "read_stall_evidence_asyn
 Document = dict[str, Any]
 
 #: What the stall rule reads of a state.
-_STATE_PROJECTION = {"_id": 1, "status": 1, "last_progress_at": 1, "coordinator.at": 1}
+_STATE_PROJECTION = {
+    "_id": 1,
+    "status": 1,
+    "last_progress_at": 1,
+    "coordinator.at": 1,
+    "hold.at": 1,
+    "hold.until": 1,
+}
 _ID_ONLY = {"_id": 1}
 
 
@@ -39,7 +46,8 @@ _ID_ONLY = {"_id": 1}
 class StallEvidence:
     """One running migration as the stall rule sees it.
 
-    :param state: the state's ``_id``, status, ``last_progress_at`` and ``coordinator.at``.
+    :param state: the state's ``_id``, status, ``last_progress_at``, ``coordinator.at``
+        and its hold's ``at`` and ``until``.
     :param live_lease: a lease of the migration is live (server clock).
     :param last_partition_write: when a partition of it was last written, as stored.
     :param signalled_since: the activity a previous signal measured its stall

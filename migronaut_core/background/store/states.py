@@ -21,8 +21,8 @@ from pymongo.database import Database
 
 from migronaut_core.background.states import ValidatorMove
 from migronaut_core.background.store.documents import (
-    HealthHoldDocument,
     HistoryDocument,
+    HoldDocument,
     StateDocument,
 )
 from migronaut_core.clock import utc_now
@@ -42,6 +42,26 @@ Document = dict[str, Any]
 
 #: What a watcher of lanes (the Airflow trigger) needs of a state document.
 LANES_STATE_PROJECTION: Mapping[str, int] = {"status": 1, "generation": 1, "plan.token": 1}
+#: A hold counts as current this long after a lane last confirmed it (lanes held
+#: for health look every 2 s and confirm every 10 s), and a window hold this long
+#: past the window's opening (the lanes' own wake-up, a deferred task's resume).
+HOLD_FRESH_MS = 60_000
+
+
+def holding_filter(name: str) -> Document:
+    """The state of ``name`` while a hold keeps its lanes away on purpose, by the
+    server's clock: a window hold until its window opens, any hold while confirmed lately
+    (:data:`HOLD_FRESH_MS`)."""
+    now = "$$NOW"
+    return {
+        "_id": name,
+        "$expr": {
+            "$or": [
+                {"$gt": [{"$add": ["$hold.until", HOLD_FRESH_MS]}, now]},
+                {"$gt": ["$hold.at", {"$subtract": [now, HOLD_FRESH_MS]}]},
+            ]
+        },
+    }
 
 
 def newer_schema(state: StateDocument) -> bool:
@@ -138,8 +158,9 @@ class StateDocuments:
                     "coordinator": "",
                     "round": "",
                     "control": "",
-                    "health_hold": "",
+                    "hold": "",
                     "validator": "",
+                    "replay": "",
                 },
                 "$setOnInsert": {"created_at": now},
                 "$push": {"history": {"$each": [entry], "$slice": -MAX_HISTORY}},
@@ -159,39 +180,30 @@ class StateDocuments:
     def set(self, name: str, fields: Mapping[str, Any]) -> None:
         self.collection.update_one({"_id": name}, {"$set": {**fields, "updated_at": utc_now()}})
 
-    def hold(self, name: str, hold: HealthHoldDocument, *, refresh_before: datetime) -> bool:
-        """Record why the lanes hold; True when this is a new hold (another signal, or none).
+    def hold(self, name: str, hold: HoldDocument, *, refresh_before: datetime) -> bool:
+        """Record why the lanes hold; True when this is a new hold (another reason or
+        signal, or none).
 
-        A hold on the same signal keeps its ``since``; its reading is refreshed when
-        the stored one was taken before ``refresh_before``, so N held lanes write
-        at most once per refresh, not once per look.
+        A hold for the same reason and signal keeps its ``since``; the rest is
+        refreshed when the stored one was confirmed before ``refresh_before``, so
+        N held lanes write at most once per refresh, not once per look.
         """
+        same = {"hold.reason": hold["reason"], "hold.signal": hold.get("signal")}
         fresh = self.collection.update_one(
-            {"_id": name, "health_hold.signal": {"$ne": hold["signal"]}},
-            {"$set": {"health_hold": dict(hold)}},
+            {"_id": name, "$nor": [same]}, {"$set": {"hold": dict(hold)}}
         )
         if fresh.modified_count:
             return True
+        refreshed = {f"hold.{key}": value for key, value in hold.items() if key != "since"}
         self.collection.update_one(
-            {
-                "_id": name,
-                "health_hold.signal": hold["signal"],
-                "health_hold.at": {"$lt": refresh_before},
-            },
-            {
-                "$set": {
-                    "health_hold.reading": hold["reading"],
-                    "health_hold.limit": hold["limit"],
-                    "health_hold.at": hold["at"],
-                }
-            },
+            {"_id": name, **same, "hold.at": {"$lt": refresh_before}}, {"$set": refreshed}
         )
         return False
 
     def release_hold(self, name: str) -> bool:
         """Forget the lanes' hold; True when there was one (the first lane to see it clear)."""
         result = self.collection.update_one(
-            {"_id": name, "health_hold": {"$exists": True}}, {"$unset": {"health_hold": ""}}
+            {"_id": name, "hold": {"$exists": True}}, {"$unset": {"hold": ""}}
         )
         return result.modified_count == 1
 
@@ -213,13 +225,16 @@ class StateDocuments:
         fields: Mapping[str, Any] | None = None,
         by: str | None = None,
         reason: str | None = None,
+        note: Mapping[str, Any] | None = None,
     ) -> StateDocument | None:
         """Change the status if it is one of ``from_statuses``, recording it in ``history``.
 
-        Returns the state after, or None when the status was not one of them (a
-        concurrent move won; judge again from what it is now).
+        ``note``: more the history entry records (a failed-only retry's ``failed_only``
+        and ``failed``). Returns the state after, or None when the status was not one
+        of them (a concurrent move won; judge again from what it is now).
         """
         entry: Document = {"action": action, "from": "$status", "to": to, "at": "$$NOW"}
+        entry.update(_literal_fields(note or {}))
         if by is not None:
             entry["by"] = {"$literal": by}
         if reason is not None:

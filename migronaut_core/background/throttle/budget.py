@@ -11,10 +11,11 @@ documents a batch may write (its size), an upper bound of what it writes.
 
 The brake (``migronaut background brake``) stops every lane of the target at its
 next batch boundary: :meth:`TargetBudget.brake_breach` answers it as a hold on
-the signal ``brake``, which the lane treats like a health hold (it releases its
-partition and answers ``held``). A lane reads the brake at most every
-:data:`BRAKE_LOOK_S` (a take reads it too), so a lane writes at most one more
-batch after the brake is set, or :data:`BRAKE_LOOK_S` worth without a budget.
+the signal ``brake``; the lane holds (it releases its partition, answers
+``held``, and the state's ``hold`` has the reason ``brake``). A lane reads the
+brake at most every :data:`BRAKE_LOOK_S` (a take reads it too), so a lane
+writes at most one more batch after the brake is set, or :data:`BRAKE_LOOK_S`
+worth without a budget.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ log = logging.getLogger(__name__)
 
 #: The brake is read again when the last reading is older than this.
 BRAKE_LOOK_S: Final = 1.0
-#: The signal a braked lane holds on (``health_hold.signal``, ``held_by.signal``).
+#: The signal a braked lane holds on (``hold.signal``, ``held_by.signal``).
 BRAKE_SIGNAL: Final = "brake"
 #: A debt is waited off in steps of at most this long (the brake is looked at between).
 MAX_BUDGET_WAIT_S: Final = 5.0

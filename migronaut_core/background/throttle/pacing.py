@@ -14,6 +14,7 @@ import logging
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from migronaut_core.background.backoff import Backoff
@@ -26,8 +27,16 @@ from migronaut_core.background.throttle.health import HealthBreach, HealthProbe,
 from migronaut_core.background.throttle.lag import LagSource
 from migronaut_core.background.throttle.registry import ThrottleRegistry
 from migronaut_core.background.warn_once import Warn, WarnOnce
-from migronaut_core.clock import monotonic
+from migronaut_core.clock import monotonic, utc_now
 from migronaut_core.server_errors import is_overload
+from migronaut_core.windows import (
+    ALWAYS_OPEN,
+    Window,
+    WindowState,
+    docs_per_lane,
+    rate_pause_s,
+    window_state,
+)
 
 if TYPE_CHECKING:
     from pymongo import MongoClient
@@ -110,6 +119,13 @@ class Throttle:
     ``telemetry`` (``migronaut.background.throttled``, by reason); the
     controller's batch size and pause, and the health signals' readings, are
     its gauges.
+
+    With maintenance ``windows`` (judged on ``wall_clock``), :meth:`window_hold`
+    says when none is open (the lane stops at the batch boundary and holds);
+    inside one, its rate paces the lane: a fraction ``f`` of full speed waits
+    ``(1 - f) / f`` times the previous batch's work before the next, and
+    documents per second cap each batch at one second's share of the lane (the
+    rate over ``lanes``) and wait out the rest of that second.
     """
 
     migration: str
@@ -132,8 +148,14 @@ class Throttle:
     budget: TargetBudget | None = None
     #: This migration's weight in the budget (the spec's ``priority``).
     priority: int = 1
+    windows: tuple[Window, ...] = ()
+    wall_clock: Callable[[], datetime] = utc_now
+    #: How many lanes share a docs-per-second window's rate (the spec's ``max_parallel``).
+    lanes: int = 1
     #: The signal past its hard limit at the last :meth:`hard_breach`, if one was.
     held_by: HealthBreach | None = field(default=None, init=False)
+    _window: WindowState = field(default=ALWAYS_OPEN, init=False, repr=False)
+    _batch_started: float | None = field(default=None, init=False, repr=False)
     _lagged: bool = field(default=False, init=False, repr=False)
     _strained: bool = field(default=False, init=False, repr=False)
 
@@ -148,6 +170,8 @@ class Throttle:
         warn: Warn,
         telemetry: Telemetry = NO_TELEMETRY,
         budget: TargetBudget | None = None,
+        windows: tuple[Window, ...] = (),
+        wall_clock: Callable[[], datetime] = utc_now,
     ) -> Throttle:
         """Build a lane's throttle for one claimed partition of ``job``.
 
@@ -156,9 +180,11 @@ class Throttle:
         shared controller of the partition's group (when ``adaptive`` is on;
         the partition's stored ``throttle`` state seeds a new controller) and
         the health probe (when ``health`` is on), all from ``registry``; its
-        warnings go to ``warn``, its changes and waits to ``telemetry``. With
-        ``budget``, each batch takes its size from the target's budget (weighted
-        by the spec's ``priority``) and the brake holds the lane.
+        warnings go to ``warn``, its changes and waits to ``telemetry``.
+        ``windows`` (the ones the lane keeps: the spec's, else the target's)
+        are judged on ``wall_clock``. With ``budget``, each batch takes its size
+        from the target's budget (weighted by the spec's ``priority``) and the
+        brake holds the lane.
         """
         spec = job.spec
         group = partition.get("group")
@@ -184,17 +210,24 @@ class Throttle:
             ),
             budget=budget,
             priority=spec.priority,
+            windows=windows,
+            wall_clock=wall_clock,
+            lanes=spec.max_parallel,
         )
         throttle._observe_adaptive()
+        throttle.window_hold()
         return throttle
 
     def next_batch_size(self) -> int:
-        """The size the next batch should read: the controller's, else ``batch_size``."""
-        return self.adaptive.batch_size() if self.adaptive is not None else self.batch_size
+        """The size the next batch should read: the controller's, else ``batch_size``;
+        at most one second's share of a docs-per-second window."""
+        size = self.adaptive.batch_size() if self.adaptive is not None else self.batch_size
+        share = docs_per_lane(self._window.window, self.lanes)
+        return size if share is None else max(1, min(size, int(share)))
 
     def before_batch(self, cancel: CancelToken) -> bool:
         """Wait before the next batch; return True when ``cancel`` fired (stop the lane)."""
-        wait_ms = self.pause_ms + self._user_pause_ms()
+        wait_ms = self.pause_ms + self._user_pause_ms() + self._window_pause_ms()
         if self.adaptive is not None:
             wait_ms += self.adaptive.pause_ms()
         if wait_ms > 0 and cancel.sleep(wait_ms / 1000):
@@ -203,9 +236,9 @@ class Throttle:
             return True
         if self._slow_for_health(cancel):
             return True
-        if self._wait_for_lag(cancel):
-            return True
-        return self._take_budget(cancel)
+        stopped = self._wait_for_lag(cancel) or self._take_budget(cancel)
+        self._batch_started = monotonic()
+        return stopped
 
     def _take_budget(self, cancel: CancelToken) -> bool:
         """Take the next batch from the target's budget, waiting off a debt; True: cancelled."""
@@ -216,6 +249,27 @@ class Throttle:
         if monotonic() - started >= BUDGET_COUNTED_WAIT_S:
             self.telemetry.throttled(self.migration, "budget", shard=self.group)
         return cancelled
+
+    def window_hold(self) -> WindowState | None:
+        """Where the clock stands when no maintenance window is open (with ``opens_at``),
+        else None; the open window's rate paces the next batches.
+
+        Asked at each batch boundary: outside every window the lane must not
+        write another batch.
+        """
+        self._window = window_state(self.windows, self.wall_clock())
+        return None if self._window.open else self._window
+
+    def _window_pause_ms(self) -> float:
+        """The wait that keeps the open window's rate, from the previous batch's work."""
+        window = self._window.window
+        if window is None or window.full_speed or self._batch_started is None:
+            return 0.0
+        worked_s = monotonic() - self._batch_started
+        share = docs_per_lane(window, self.lanes)
+        if share is None:
+            return rate_pause_s(window, worked_s) * 1000
+        return max(0.0, self.next_batch_size() / share - worked_s) * 1000
 
     def hard_breach(self) -> HealthBreach | None:
         """The server health signal past its hard limit, if one is (also kept in ``held_by``).

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -167,3 +168,28 @@ def test_the_heal_takes_over_a_stalled_migration_whose_one_run_is_stuck(
     assert kit.background.stalled(stall_seconds=1) == [SPLIT_NAME]
     assert heal(1, 1) == [dag_id]  # one stuck run: a takeover run beside it
     assert heal(2, 1) == []  # a takeover already runs: never a third
+
+
+def test_a_lane_outside_its_targets_window_defers_until_it_opens_instead_of_failing(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    seed_users(db, 300)
+    write_background(migrations, batch_size=100)
+    kit.runs.up()
+    assert kit.background.coordinate(SPLIT_NAME).next == "process"
+    opens = datetime.now(UTC) + timedelta(hours=2)
+    shut = [{"from": f"{opens:%H:%M}", "to": f"{opens + timedelta(hours=1):%H:%M}"}]
+    lane = _lane(migronaut_config={"lock_ttl_seconds": TTL_SECONDS, "background_windows": shut})
+
+    with pytest.raises(TaskDeferred) as deferred:
+        lane.execute(CONTEXT)
+
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, DelayTrigger)
+    assert trigger.seconds == 300  # looks again within 5 minutes, not in a poke loop
+    assert trigger.serialize()[1]["payload"]["slices"] == 1
+    assert db.users.count_documents({"_v": 2}) == 0
+    state = db.migronaut_background.find_one({"_id": SPLIT_NAME})
+    assert state is not None
+    assert state["hold"]["reason"] == "window"
+    lane.hook.close()

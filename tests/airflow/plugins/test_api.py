@@ -21,6 +21,7 @@ import pytest
 from pymongo.database import Database
 
 from migronaut_airflow.operators.background import dag_id_for
+from migronaut_core.files import file_checksum
 from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, write_background
 from tests.support.ui import UI, Airflow, signed_in_app
@@ -112,6 +113,7 @@ ROUTES = (
     ("GET", "/openapi.json"),
     ("GET", "/api/migrations"),
     ("GET", "/api/migrations/anything"),
+    ("GET", "/api/migrations/anything/failed"),
     ("POST", "/api/migrations/anything/actions/pause"),
 )
 
@@ -330,6 +332,8 @@ def test_an_editor_pauses_and_resumes(airflow: Airflow, running: str, db: Databa
         "stopped": None,
         "lock": None,
         "leases": None,
+        "checksum": None,
+        "failed": None,
         "dag_run": None,
         "dag_run_note": None,
     }
@@ -408,6 +412,16 @@ def test_unlock_is_recorded_with_the_user(airflow: Airflow, running: str) -> Non
         "lanes died with the node",
     )
     assert last["details"] == {"lock": False, "leases": 0}
+
+
+def test_a_repin_answers_the_checksum_it_pinned(
+    airflow: Airflow, running: str, dags_folder: Path, db: Database[Any]
+) -> None:
+    path = dags_folder / f"{running}.py"
+    path.write_text(path.read_text() + "\n# reviewed: a comment-only edit\n")
+    repinned = airflow.act(running, "repin", "editor", {"reason": "comment-only edit"})
+    assert repinned.status_code == 200, repinned.text
+    assert repinned.json()["checksum"] == file_checksum(path) == state_of(db, running)["checksum"]
 
 
 def test_bad_requests_change_nothing(airflow: Airflow, running: str, db: Database[Any]) -> None:
@@ -490,6 +504,7 @@ def test_the_openapi_schema_lists_the_routes(airflow: Airflow) -> None:
     assert set(schema["paths"]) == {
         "/api/migrations",
         "/api/migrations/{name}",
+        "/api/migrations/{name}/failed",
         "/api/migrations/{name}/actions/{action}",
         "/api/brake",
         "/api/brake/release",

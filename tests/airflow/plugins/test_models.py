@@ -19,10 +19,13 @@ from migronaut_airflow.plugins.throughput import ThroughputSampler
 from migronaut_core import (
     BackgroundStatusView,
     HistoryEntry,
+    HoldView,
     Migronaut,
+    ValidatorView,
     WatchLeader,
     WatchResume,
     WatchStatus,
+    WindowView,
 )
 from tests.support.result_shapes import CASES
 
@@ -124,6 +127,32 @@ def test_summaries_and_details_send_the_pinned_json() -> None:
     assert json.dumps(sent) == json.dumps(EXPECTED)
 
 
+def test_a_soaking_validator_shows_its_phase_and_counts() -> None:
+    soaking = dataclasses.replace(
+        STATUS,
+        validator=ValidatorView(
+            phase="warn",
+            since=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+            clean_passes=1,
+            old_shape=2,
+            old_shape_seen=5,
+        ),
+    )
+    kit = cast("Migronaut", FakeKit(soaking))
+    sampler = ThroughputSampler(clock=lambda: 1000.0)
+    (row,) = summaries(kit, [soaking.name], None, sampler, "default")
+    assert shown(row)["validator"] == {
+        "phase": "warn",
+        "since": "2026-01-02T03:04:05+00:00",
+        "until": None,
+        "clean_passes": 1,
+        "old_shape": 2,
+        "old_shape_seen": 5,
+        "old_shape_at": None,
+        "enforced_at": None,
+    }
+
+
 EXPECTED: dict[str, Any] = {
     "summaries": [
         {
@@ -154,6 +183,9 @@ EXPECTED: dict[str, Any] = {
             "partition_counts": {"running": 1},
             "failed_documents": 2,
             "last_error": "boom",
+            "held": None,
+            "window": None,
+            "validator": None,
             "waits_for": ["a"],
             "requires": ["a", "b"],
             "throughput": {
@@ -196,6 +228,9 @@ EXPECTED: dict[str, Any] = {
             "partition_counts": {},
             "failed_documents": 0,
             "last_error": None,
+            "held": None,
+            "window": None,
+            "validator": None,
             "waits_for": [],
             "requires": [],
             "throughput": {
@@ -240,6 +275,9 @@ EXPECTED: dict[str, Any] = {
             "partition_counts": {"running": 1},
             "failed_documents": 2,
             "last_error": "boom",
+            "held": None,
+            "window": None,
+            "validator": None,
             "waits_for": ["a"],
             "requires": ["a", "b"],
             "throughput": {
@@ -397,6 +435,9 @@ EXPECTED: dict[str, Any] = {
             "partition_counts": {},
             "failed_documents": 0,
             "last_error": None,
+            "held": None,
+            "window": None,
+            "validator": None,
             "waits_for": [],
             "requires": [],
             "throughput": {
@@ -457,3 +498,29 @@ EXPECTED: dict[str, Any] = {
         },
     ],
 }
+
+
+def test_a_migration_waiting_for_a_window_says_so_and_when_it_opens() -> None:
+    opens = datetime(2026, 6, 2, 1, 0, tzinfo=UTC)
+    waiting = dataclasses.replace(
+        STATUS,
+        last_error=None,
+        held_by=HoldView(None, None, None, None, None, None, reason="window", until=opens),
+        window=WindowView(
+            source="target", open=False, rate=None, opens_at=opens, closes_at=None, windows=()
+        ),
+    )
+    sampler = ThroughputSampler(clock=lambda: 1000.0)
+    kit = cast("Migronaut", FakeKit(waiting))
+    (row,) = summaries(kit, [waiting.name], None, sampler, "default")
+    one = detail(kit, waiting.name, sampler, Permissions(can_control=True, can_trigger=False))
+    for model in (row, one):
+        sent = shown(model)
+        assert sent["held"] == "waiting for window until 2026-06-02 01:00 UTC"
+        assert sent["window"] == {
+            "source": "target",
+            "open": False,
+            "rate": None,
+            "opens_at": "2026-06-02T01:00:00+00:00",
+            "closes_at": None,
+        }

@@ -19,10 +19,12 @@ from migronaut_airflow.sensors.lanes import BackgroundLanesSensor, LanesWaitErro
 from migronaut_airflow.triggers.lanes import BackgroundLanesTrigger
 from tests.support.lanes import (
     NAME,
+    NAMES,
     PLAN,
     Document,
     captured_logs,
     logged_text,
+    seed_hold,
     seed_partition,
     seed_state,
 )
@@ -140,6 +142,35 @@ def test_poke_is_done_when_no_lease_stays_live_for_the_grace(
     assert result.xcom_value == "no-live-lease"
 
 
+@pytest.mark.parametrize("hold", ["window", "health"])
+def test_poke_waits_past_the_grace_while_the_lanes_hold_on_purpose(
+    db: Database[Document], make_sensor: Factory, hold: str
+) -> None:
+    seed_state(db)
+    seed_partition(db, lease="expired")
+    seed_hold(db, hold)
+    sensor = make_sensor(no_lease_grace_seconds=0.2)
+    assert not sensor.poke(CONTEXT)
+    time.sleep(0.3)
+    assert not sensor.poke(CONTEXT)  # not taken for dead lanes
+    db[NAMES.state].update_one({"_id": NAME}, {"$unset": {"hold": ""}})
+    assert not sensor.poke(CONTEXT)  # the grace starts over when the hold ends
+    time.sleep(0.3)
+    assert sensor.poke(CONTEXT).xcom_value == "no-live-lease"
+
+
+def test_a_hold_nobody_confirms_any_more_ends_the_wait_after_the_grace(
+    db: Database[Document], make_sensor: Factory
+) -> None:
+    seed_state(db)
+    seed_partition(db, lease="expired")
+    seed_hold(db, "stale-health")
+    sensor = make_sensor(no_lease_grace_seconds=0.2)
+    assert not sensor.poke(CONTEXT)
+    time.sleep(0.3)
+    assert sensor.poke(CONTEXT).xcom_value == "no-live-lease"
+
+
 def test_poke_takes_templated_strings(db: Database[Document], make_sensor: Factory) -> None:
     seed_state(db, generation=7)
     seed_partition(db, generation=7, status="done")
@@ -184,6 +215,19 @@ def test_deferrable_execute_defers_while_lanes_run(
         "no_lease_grace_seconds": 5.0,
     }
     assert sensor.hook.client is None  # the check's client is closed before deferring
+
+
+def test_deferrable_execute_defers_outside_the_window_instead_of_ending(
+    db: Database[Document], make_sensor: Factory
+) -> None:
+    seed_state(db)
+    seed_partition(db, lease="expired")
+    seed_hold(db, "window")
+    sensor = make_sensor(no_lease_grace_seconds=0)
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute(CONTEXT)
+    assert isinstance(deferred.value.trigger, BackgroundLanesTrigger)
+    assert deferred.value.method_name == "execute_complete"
 
 
 def test_deferral_timeout_defaults_to_the_sensor_timeout(

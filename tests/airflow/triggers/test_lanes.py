@@ -23,6 +23,7 @@ from tests.support.lanes import (
     Document,
     captured_logs,
     logged_text,
+    seed_hold,
     seed_partition,
     seed_state,
 )
@@ -238,6 +239,22 @@ async def test_keeps_polling_while_a_lease_is_live(
     await no_event_within(
         make_trigger(migronaut_connection, no_lease_grace_seconds=0.1), QUIET_SECONDS
     )
+
+
+async def test_keeps_polling_outside_the_window_and_fires_once_the_lanes_drain(
+    db: Database[Document], migronaut_connection: str
+) -> None:
+    seed_state(db)
+    seed_partition(db, lease="expired")
+    seed_hold(db, "window")
+    trigger = make_trigger(migronaut_connection, no_lease_grace_seconds=0.1)
+    task = asyncio.ensure_future(first_event(trigger))
+    await asyncio.sleep(QUIET_SECONDS)
+    assert not task.done()  # the grace passed several times over: no event
+    db[NAMES.state].update_one({"_id": NAME}, {"$unset": {"hold": ""}})
+    db[NAMES.partitions].update_many({}, {"$set": {"status": "done"}, "$unset": {"lease": ""}})
+    payload = await asyncio.wait_for(task, 10)
+    assert payload == {"status": "success", "reason": "drained", "migration": NAME}
 
 
 async def test_keeps_polling_within_the_grace(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from migronaut_core.config import load_config, replace
+from migronaut_core.config import config_from_text, load_config, replace
 from migronaut_core.errors import ConfigInvalidError
+from migronaut_core.windows import parse_windows
 
 
 def test_defaults_resolve_migrations_dir_against_cwd(tmp_path: Path) -> None:
@@ -160,3 +162,36 @@ def test_ensure_indexes_in_a_file_is_a_boolean(tmp_path: Path) -> None:
     (tmp_path / "migronaut.toml").write_text('ensure_indexes = "no"\n')
     with pytest.raises(ConfigInvalidError, match=r"ensure_indexes.*must be bool"):
         load_config(cwd=tmp_path, env={})
+
+
+def test_background_windows_are_a_target_default_checked_like_a_spec(tmp_path: Path) -> None:
+    (tmp_path / "migronaut.toml").write_text(
+        '[[background_windows]]\ndays = ["sat", "sun"]\nfrom = "01:00"\nto = "05:00"\n'
+        'timezone = "Europe/Paris"\nrate = 0.5\n'
+    )
+    config = load_config(cwd=tmp_path, env={})
+    assert config.background_windows is not None
+    (window,) = config.background_windows
+    assert (window.days, window.start, window.end, window.fraction) == ((5, 6), 60, 300, 0.5)
+    assert load_config(cwd=tmp_path / "none", env={}).background_windows is None
+
+
+def test_a_bad_target_window_names_the_key_and_its_source(tmp_path: Path) -> None:
+    with pytest.raises(ConfigInvalidError) as caught:
+        load_config({"background_windows": [{"from": "01:00", "to": "05:00", "days": ["x"]}]})
+    assert caught.value.context == {"key": "background_windows.0.days", "source": "arguments"}
+    with pytest.raises(ConfigInvalidError) as caught:
+        replace(load_config(cwd=tmp_path, env={}), background_windows=[{"from": "01:00"}])
+    assert caught.value.context["key"] == "background_windows.0.to"
+    kept = load_config({"background_windows": [{"from": "01:00", "to": "02:00"}]}, env={})
+    again = replace(kept, background_windows=kept.background_windows)
+    assert again.background_windows == kept.background_windows
+
+
+def test_target_windows_given_as_text_are_json() -> None:
+    text = '[{"from": "22:00", "to": "06:00", "rate": "100/s"}]'
+    values = config_from_text({"background_windows": text}, "Airflow configuration [migronaut]")
+    assert load_config(values, env={}).background_windows == parse_windows(json.loads(text))
+    with pytest.raises(ConfigInvalidError) as caught:
+        config_from_text({"background_windows": "22:00-06:00"}, "airflow")
+    assert caught.value.context == {"key": "background_windows", "source": "airflow"}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +126,23 @@ async def test_a_live_lease_or_a_finished_migration_is_never_signalled(
     assert kit_json.run(kit, SPLIT_NAME)["status"] == "completed"
     with pytest.raises(TimeoutError):
         await wait_signal(adb, STALL * 1.5)
+
+
+@pytest.mark.anyio
+async def test_lanes_waiting_for_a_window_are_not_signalled_until_it_opens(
+    kit: Migronaut, adb: AsyncDatabase[Any]
+) -> None:
+    abandoned(kit)
+    now = kit._runtime.wall_clock()
+    opens = now + timedelta(seconds=STALL * 2)
+    hold = {"reason": "window", "until": opens, "since": now, "at": now}
+    kit._runtime.db[NAMES.state].update_one({"_id": SPLIT_NAME}, {"$set": {"hold": hold}})
+    with pytest.raises(TimeoutError):
+        await wait_signal(adb, STALL * 2)  # past the stall time, but the window is shut
+    assert kit.background.stalled(stall_seconds=STALL) == []
+    # Nobody came when it opened: a stall time after the opening, it is signalled.
+    signal = await wait_signal(adb, 30)
+    assert signal.migrations == (SPLIT_NAME,)
 
 
 def test_bad_settings_are_refused_naming_the_option() -> None:

@@ -270,7 +270,7 @@ def test_lanes_hold_on_a_hard_limit_and_resume_when_it_clears(
     assert throttles[reasons.index("held")]["signal"] == "cache_used"
     state = db.migronaut_background.find_one({"_id": SPLIT_NAME})
     assert state is not None
-    assert "health_hold" not in state
+    assert "hold" not in state
 
 
 def test_a_hold_longer_than_the_full_oplogs_window_warns_once(

@@ -50,3 +50,16 @@ def test_every_verdict_reason_is_listed() -> None:
     ]
     reasons = {judge.judge(snapshot, now=0.0)["reason"] for snapshot in snapshots}  # type: ignore[index]
     assert reasons == set(REASONS)
+
+
+def test_lanes_that_hold_on_purpose_keep_the_wait_going_past_the_grace() -> None:
+    held = LanesSnapshot("running", True, open_partitions=True, live_lease=False, held=True)
+    orphaned = LanesSnapshot("running", True, open_partitions=True, live_lease=False)
+    judge = watch(grace=10.0)
+    assert judge.judge(orphaned, now=100.0) is None
+    assert judge.judge(held, now=109.0) is None  # a hold restarts the grace
+    assert judge.judge(held, now=10_000.0) is None  # however long the window stays shut
+    assert judge.judge(orphaned, now=10_005.0) is None
+    assert judge.judge(orphaned, now=10_015.0) == {"reason": "no-live-lease"}
+    drained = LanesSnapshot("running", True, open_partitions=False, held=True)
+    assert judge.judge(drained, now=10_016.0) == {"reason": "drained"}

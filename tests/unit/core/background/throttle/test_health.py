@@ -338,4 +338,6 @@ def test_a_hold_view_is_json_safe() -> None:
         "limit": 3_600,
         "since": None,
         "at": None,
+        "reason": "health",
+        "text": "held: oplog_window_s 1200 (hard limit 3600)",
     }
