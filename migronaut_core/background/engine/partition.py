@@ -109,16 +109,17 @@ def held(ctx: PartitionContext, counters: dict[str, int]) -> PartitionResult | N
 def paced(job: Job, ctx: PartitionContext, counters: dict[str, int]) -> PartitionResult | None:
     """Wait as the throttle says before a batch; a result when the lane must not write it.
 
-    ``held`` when a hard limit or the brake holds the lane, before the wait or
-    after it (the wait's budget take reads the brake too); ``stopped`` when the
-    cancel token fired during the wait. None: write the batch.
+    ``held`` when no window is open, a hard limit or the brake holds the lane
+    before the wait, or the brake after it (the wait's budget take reads it too);
+    ``stopped`` when the cancel token fired during the wait. None: write the batch.
     """
     holding = held(ctx, counters)
     if holding is not None:
         return holding
     if ctx.throttle.before_batch(job.cancel):
         return PartitionResult("stopped", counters)
-    return held(ctx, counters)
+    braked = ctx.throttle.brake_hold()
+    return None if braked is None else PartitionResult("held", counters, held_by=braked)
 
 
 def control_outcome(control: StateDocument | None, job: Job, plan_token: str) -> str | None:

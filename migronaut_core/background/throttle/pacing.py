@@ -278,8 +278,7 @@ class Throttle:
         releases its partition and holds until the signal clears. The reading
         is the probe's cached one, so asking before every batch costs nothing.
         """
-        if self.budget is not None and (braked := self.budget.brake_breach()) is not None:
-            self.held_by = braked
+        if (braked := self.brake_hold()) is not None:
             return braked
         if self.health is None or self.health_probe is None:
             return None
@@ -290,6 +289,17 @@ class Throttle:
             self.telemetry.throttled(self.migration, "health", shard=self.group)
         self.held_by = breach
         return breach
+
+    def brake_hold(self) -> HealthBreach | None:
+        """The target's brake as a hold (signal ``brake``, kept in ``held_by``), or None.
+
+        Its reading is at most a second old (a budget take refreshes it), so
+        asking after the budget's wait as well as before costs nothing.
+        """
+        braked = None if self.budget is None else self.budget.brake_breach()
+        if braked is not None:
+            self.held_by = braked
+        return braked
 
     def _slow_for_health(self, cancel: CancelToken) -> bool:
         """Slow down while a signal is past its soft limit; True when ``cancel`` fired."""
