@@ -50,7 +50,8 @@ def readings_of(view: BackgroundStatusView) -> MigrationReadings:
         failed_documents=view.failed_documents,
         rate=view.average_docs_per_second or 0.0,
         lanes=view.live_leases,
-        held=view.held_by is not None,
+        held=view.held_by is not None and view.held_by.reason != "window",
+        window_wait=view.held_by is not None and view.held_by.reason == "window",
         last_progress=(
             0.0 if view.last_progress_at is None else aware(view.last_progress_at).timestamp()
         ),

@@ -193,7 +193,18 @@ HELD: Final = Metric(
     "1",
     (),
     "1 while the lanes of a running migration hold on a MongoDB health signal past its "
-    "hard limit (the status's `held_by`), else 0",
+    "hard limit or on the target's brake (the status's `held_by`, reason `health` or "
+    "`brake`), else 0",
+)
+WINDOW_WAIT: Final = Metric(
+    "migronaut.migration.window_wait",
+    "migronaut.background.window_wait",
+    "gauge",
+    "gauge",
+    "1",
+    (),
+    "1 while the lanes of a running migration wait for a maintenance window to open "
+    "(the status's `held_by`, reason `window`), else 0: a planned wait, not an alarm",
 )
 LAST_PROGRESS: Final = Metric(
     "migronaut.migration.last_progress",
@@ -253,6 +264,7 @@ METRICS: Final[tuple[Metric, ...]] = (
     RATE,
     LANES,
     HELD,
+    WINDOW_WAIT,
     LAST_PROGRESS,
     THROTTLE_BATCH_SIZE,
     THROTTLE_PAUSE,

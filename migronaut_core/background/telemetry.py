@@ -240,6 +240,7 @@ class MigrationReadings:
     rate: float
     lanes: int
     held: bool
+    window_wait: bool
     last_progress: float
 
 
@@ -380,17 +381,22 @@ class Telemetry:
         self._gauge(names.RATE, readings.rate, name)
         self._gauge(names.LANES, readings.lanes, name)
         self._gauge(names.HELD, float(readings.held), name)
+        self._gauge(names.WINDOW_WAIT, float(readings.window_wait), name)
         self._gauge(names.LAST_PROGRESS, readings.last_progress, name)
 
-    def hold_observed(self, migration: str, *, held: bool) -> None:
+    def hold_observed(self, migration: str, *, held: bool, reason: str = "health") -> None:
         """The lanes of ``migration`` began (or ended) a hold: a health signal past its
-        hard limit, or no maintenance window open.
+        hard limit (``reason="health"``: the ``held`` gauge), or no maintenance window
+        open (``"window"``: ``window_wait``, a planned wait alerts leave alone).
 
         Sent by the lane that writes the hold, at once: a coordinator step (which
-        reports the hold from the status too) may not run while lanes hold.
+        reports the hold from the status too) may not run while lanes hold. Ending a
+        hold clears both.
         """
-        if self.enabled:
-            self._gauge(names.HELD, float(held), migration)
+        if not self.enabled:
+            return
+        self._gauge(names.HELD, float(held and reason != "window"), migration)
+        self._gauge(names.WINDOW_WAIT, float(held and reason == "window"), migration)
 
     def throttle_observed(
         self, migration: str, *, batch_size: int, pause_ms: int, shard: str | None = None

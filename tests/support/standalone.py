@@ -24,6 +24,10 @@ from migronaut_dev.airflow_standalone import AirflowStandalone, install_dag_file
 from migronaut_dev.endpoints import airflow_connection
 from tests.support.background import make_kit
 
+#: How long an ``airflow standalone`` may take to answer: on two busy cores (a CI run
+#: beside other work) its start has taken over three minutes; a quiet one takes one.
+START_TIMEOUT_S = 420.0
+
 
 @dataclass
 class Ground:
@@ -72,7 +76,7 @@ def running_standalone(
     with_kit: Callable[[Ground], object] = register,
     env: Mapping[str, str] | None = None,
     migrations_env: bool = True,
-    start_timeout: float = 180.0,
+    start_timeout: float = START_TIMEOUT_S,
 ) -> Iterator[Standalone]:
     """Set up a database and Airflow over it; yield them running; tear all of it down.
 

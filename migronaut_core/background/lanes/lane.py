@@ -478,7 +478,7 @@ def _hold_for_window(
             "background:throttle",
             {"migration": name, "reason": "held", "signal": "window", "until": until.isoformat()},
         )
-    rt.telemetry.hold_observed(name, held=True)
+    rt.telemetry.hold_observed(name, held=True, reason="window")
     wait_ms = (until - rt.wall_clock()).total_seconds() * 1000
     retry_ms = int(min(WINDOW_RETRY_MAX_MS, max(HOLD_RETRY_MS, wait_ms)))
     return SliceResult("held", counters, retry_after_ms=retry_ms, held_until=until)
@@ -504,7 +504,7 @@ def _hold_for_brake(
     if _record_hold(rt, state, hold):
         log.warning("%s: lanes hold: the target's brake is on (%s)", name, brake.get("reason"))
         rt.emit("background:throttle", {"migration": name, "reason": "held", "signal": "brake"})
-    rt.telemetry.hold_observed(name, held=True)
+    rt.telemetry.hold_observed(name, held=True, reason="brake")
     return SliceResult(
         "held",
         counters,

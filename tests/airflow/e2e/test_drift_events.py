@@ -50,7 +50,6 @@ def standalone(
         kit={},
         with_kit=lambda ground: seed_completed(ground.db, ground.kit),
         env=TRIGGERER_ENV,
-        start_timeout=300,
     ) as standalone:
         yield standalone
 

@@ -90,7 +90,6 @@ def standalone(
         DAG_OPTIONS,
         seed=_seed,
         kit={"lock_ttl_seconds": TTL_SECONDS},
-        start_timeout=420,
     ) as standalone:
         standalone.airflow.request(
             "POST",

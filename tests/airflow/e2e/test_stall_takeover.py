@@ -102,7 +102,6 @@ def standalone(
         DAG_OPTIONS,
         seed=_seed,
         kit={"lock_ttl_seconds": TTL_SECONDS},
-        start_timeout=300,
     ) as standalone:
         yield standalone
 

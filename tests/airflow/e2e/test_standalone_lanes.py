@@ -120,7 +120,6 @@ def standalone(
         seed=_seed,
         kit={"lock_ttl_seconds": TTL_SECONDS},
         # A loaded machine can take minutes to bring Airflow's processes up.
-        start_timeout=420,
     ) as standalone:
         standalone.airflow.request(
             "POST",

@@ -205,7 +205,7 @@ def test_every_name_of_the_table_is_sent_by_the_telemetry() -> None:
     telemetry.leases_reclaimed("m1", 1)
     telemetry.lease_lost("m1")
     telemetry.migration_observed(
-        MigrationReadings("m1", "users", "running", STATUSES, 1, 2, 0, 1.5, 1, False, 0.0)
+        MigrationReadings("m1", "users", "running", STATUSES, 1, 2, 0, 1.5, 1, False, False, 0.0)
     )
     telemetry.throttle_observed("m1", batch_size=100, pause_ms=0)
     telemetry.health_read("m1", {"cache_dirty": 0.1})

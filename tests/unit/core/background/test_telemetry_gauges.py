@@ -35,6 +35,7 @@ def readings(status: str, **changes: float) -> MigrationReadings:
         rate=values["rate"],
         lanes=int(values["lanes"]),
         held=status == "running" and bool(changes.get("held")),
+        window_wait=status == "running" and bool(changes.get("window_wait")),
         last_progress=values["last_progress"],
     )
 
@@ -55,6 +56,7 @@ def test_a_migration_s_gauges_reach_the_sink_one_status_series_per_status() -> N
     assert others["migronaut.migration.rate"] == (240.5, users)
     assert others["migronaut.migration.lanes"] == (2, users)
     assert others["migronaut.migration.held"] == (0.0, users)
+    assert others["migronaut.migration.window_wait"] == (0.0, users)
     assert others["migronaut.migration.last_progress"] == (1_790_000_000.0, users)
     assert {kind for kind, *_ in sink.sent} == {"gauge"}
 
@@ -75,6 +77,24 @@ def test_opentelemetry_observes_the_last_values_and_a_status_change_flips_its_se
     assert held.value == 0.0  # paused: nothing holds
     assert captured.total("migronaut.background.remaining") == 500
     assert captured.total("migronaut.background.failed_documents") == 3
+
+
+def test_a_window_wait_is_its_own_gauge_so_alerts_on_held_leave_it_alone() -> None:
+    sink = RecordingSink()
+    reporting = Telemetry(enabled=True, sink=sink)
+
+    def last() -> dict[str, float]:
+        names = ("migronaut.migration.held", "migronaut.migration.window_wait")
+        return {name: sink.last_gauge(name) for name in names}
+
+    reporting.hold_observed("m1", held=True, reason="window")
+    assert last() == {"migronaut.migration.held": 0.0, "migronaut.migration.window_wait": 1.0}
+    reporting.hold_observed("m1", held=True)  # a health signal past its hard limit
+    assert last() == {"migronaut.migration.held": 1.0, "migronaut.migration.window_wait": 0.0}
+    reporting.hold_observed("m1", held=False)
+    assert last() == {"migronaut.migration.held": 0.0, "migronaut.migration.window_wait": 0.0}
+    reporting.migration_observed(readings("running", window_wait=1))
+    assert last()["migronaut.migration.window_wait"] == 1.0
 
 
 def test_health_readings_are_sent_when_they_change_and_unread_signals_are_left_out() -> None:
