@@ -109,6 +109,7 @@ from migronaut_core.errors import (
     PrivilegeMissingError,
     RunAbortedError,
     TransactionsUnsupportedError,
+    UndoUnavailableError,
 )
 from migronaut_core.kit import Background, Drift, Migronaut, Runs
 from migronaut_core.kit.results import (
@@ -215,6 +216,7 @@ __all__ = [
     "StatusRow",
     "StepDryRunReport",
     "TransactionsUnsupportedError",
+    "UndoUnavailableError",
     "ValidatorView",
     "VerifyReport",
     "WaitResult",

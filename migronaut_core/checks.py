@@ -203,6 +203,35 @@ def check_number(
     return float(cast(float, value))
 
 
+# ─── Durations ────────────────────────────────────────────────────────────────
+
+#: The units a duration written as text may carry, in seconds.
+DURATION_UNITS: Final = {"s": 1, "m": 60, "h": 3_600, "d": 86_400}
+
+
+def duration_seconds(value: object) -> int | None:
+    """Return a duration in whole seconds: an integer, or text ``<n><unit>``
+    (``s``, ``m``, ``h``, ``d``: ``"7d"``, ``"36h"``); ``None`` when it is neither."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and len(value) >= 2 and value[-1] in DURATION_UNITS:
+        digits = value[:-1]
+        if digits.isascii() and digits.isdigit():
+            return int(digits) * DURATION_UNITS[value[-1]]
+    return None
+
+
+def duration_problem(value: object, low: int, high: int) -> str | None:
+    """What makes ``value`` no duration from ``low`` to ``high`` seconds, or ``None``."""
+    seconds = duration_seconds(value)
+    if seconds is not None and low <= seconds <= high:
+        return None
+    return (
+        f"must be a duration between {low} and {high} seconds: an integer of seconds or "
+        f"text such as '7d', '36h', '90m'{wrong_type(value, (int, str))}"
+    )
+
+
 # ─── Choices ──────────────────────────────────────────────────────────────────
 
 

@@ -91,7 +91,7 @@ class Config:
     :param lock_collection: the run lock, coordinator locks and watcher leaders.
     :param background_collection: prefix of the background migration collections
         (``<prefix>``, ``<prefix>_partitions``, ``<prefix>_watch``,
-        ``<prefix>_converge_log``).
+        ``<prefix>_converge_log``, ``<prefix>_drift_events``, ``<prefix>_undo``).
     :param lock_ttl_seconds: how long a lock outlives a holder that stopped renewing it.
     :param use_transaction: run each regular migration and its changelog record in
         one transaction (needs a replica set or sharded cluster).
@@ -167,6 +167,7 @@ class Config:
             background.converge_log,
             background.drift_events,
             background.budget,
+            background.undo,
         )
 
     def database_name(self) -> str:
@@ -196,6 +197,8 @@ class BackgroundCollections:
     ``converge_log``: every index converge created or dropped (what, when, by whom).
     ``drift_events``: where the event-driven drift triggers resume their change streams.
     ``budget``: the target's write budget bucket and its brake (one document each).
+    ``undo``: the undo journal, the before-images of documents rewritten by
+    migrations with ``undo = "journal"``.
     """
 
     state: str
@@ -204,6 +207,7 @@ class BackgroundCollections:
     converge_log: str
     drift_events: str
     budget: str
+    undo: str
 
     @classmethod
     def from_prefix(cls, prefix: str) -> BackgroundCollections:
@@ -214,6 +218,7 @@ class BackgroundCollections:
             converge_log=f"{prefix}_converge_log",
             drift_events=f"{prefix}_drift_events",
             budget=f"{prefix}_budget",
+            undo=f"{prefix}_undo",
         )
 
 

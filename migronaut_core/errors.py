@@ -30,6 +30,7 @@ call again may succeed without anyone changing anything::
     └── BackgroundError
         ├── BackgroundPendingError            a requirement has not completed yet
         ├── BackgroundConflictError           a control that does not fit the state
+        │   └── UndoUnavailableError          no undo journal, or the migration still runs
         ├── BackgroundFailedError
         │   └── DocumentFailedError           one document failed a strict batch
         ├── DryRunRefusedError                a dry run's ctx.db refused a write
@@ -225,6 +226,18 @@ class BackgroundConflictError(BackgroundError):
 
     code = "BACKGROUND_CONFLICT"
     exit_code = 15
+
+
+class UndoUnavailableError(BackgroundConflictError):
+    """An undo was asked of a migration that cannot be undone from its journal now.
+
+    ``context["reason"]`` says why: ``unregistered``, ``no-journal`` (its spec
+    has no ``undo = "journal"``), ``direction`` (it is a revert or an undo
+    already) or ``status`` (it is still pending, running, paused or blocked;
+    ``context["status"]``). Nothing was written.
+    """
+
+    code = "UNDO_UNAVAILABLE"
 
 
 class BackgroundFailedError(BackgroundError):

@@ -60,6 +60,8 @@ class RequiredIndex:
         index with the same key and options under any name will do.
     :param unique: it must be unique.
     :param partial: its ``partialFilterExpression``, which must match too.
+    :param expire_after_seconds: a TTL index: documents go this long after the
+        date in its one field (``0``: at that date).
     """
 
     collection: str
@@ -67,6 +69,7 @@ class RequiredIndex:
     name: str | None = field(default=None, metadata=json_field(omit="always"))
     unique: bool = field(default=False, metadata=json_field(omit="empty"))
     partial: Mapping[str, Any] | None = field(default=None, metadata=json_field(omit="none"))
+    expire_after_seconds: int | None = field(default=None, metadata=json_field(omit="none"))
 
     def options(self) -> dict[str, Any]:
         """The ``create_index`` options."""
@@ -77,6 +80,8 @@ class RequiredIndex:
             options["unique"] = True
         if self.partial is not None:
             options["partialFilterExpression"] = dict(self.partial)
+        if self.expire_after_seconds is not None:
+            options["expireAfterSeconds"] = self.expire_after_seconds
         return options
 
     def met_by(self, index: Mapping[str, Any]) -> bool:
@@ -86,6 +91,7 @@ class RequiredIndex:
             same_index_key(index["key"], self.key)
             and bool(index.get("unique")) == self.unique
             and (None if partial is None else dict(partial)) == self.partial
+            and index.get("expireAfterSeconds") == self.expire_after_seconds
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -95,7 +101,10 @@ class RequiredIndex:
     def describe(self) -> str:
         """``collection {field: 1, …}`` and its options, for a message."""
         key = ", ".join(f"{field}: {direction}" for field, direction in self.key)
-        extra = [word for word, on in (("unique", self.unique), ("partial", self.partial)) if on]
+        flags = (("unique", self.unique), ("partial", self.partial))
+        extra = [word for word, on in flags if on]
+        if self.expire_after_seconds is not None:
+            extra.append(f"expireAfterSeconds: {self.expire_after_seconds}")
         return f"{self.collection} {{{key}}}" + (f" ({', '.join(extra)})" if extra else "")
 
 

@@ -49,6 +49,8 @@ TIME_OR_SIZE_CODES: Final = TIME_LIMIT_CODES | frozenset({290, 334, 10334, 17419
 #: WriteConflict, NoSuchTransaction, LockTimeout: worth retrying a whole transaction,
 #: labelled or not.
 TRANSIENT_TRANSACTION_CODES: Final = frozenset({112, 251, 24})
+#: DuplicateKey: an insert or an upsert of a key a unique index holds already.
+DUPLICATE_KEY: Final = 11000
 #: Server errors that fail one document, not the batch: duplicate key, validation,
 #: shard key change through mongos, immutable field, index key too large.
 DOCUMENT_ERROR_CODES: Final = frozenset({11000, 121, 72, 66, 17280})
@@ -136,6 +138,18 @@ def document_write_errors(error: BulkWriteError) -> dict[int, dict[str, Any]] | 
             return None
         failed[write_error["index"]] = write_error
     return failed
+
+
+def duplicate_key_indexes(error: BulkWriteError) -> list[int] | None:
+    """The op indexes of an unordered bulk insert that failed as duplicate keys only;
+    None when it failed otherwise too (another write error, a write concern error)."""
+    details = error.details or {}
+    errors = details.get("writeErrors") or []
+    if details.get("writeConcernErrors") or not errors:
+        return None
+    if any(write_error.get("code") != DUPLICATE_KEY for write_error in errors):
+        return None
+    return [int(write_error["index"]) for write_error in errors]
 
 
 def pipeline_write_errors(error: BulkWriteError) -> dict[int, dict[str, Any]] | None:

@@ -355,7 +355,7 @@ def stalls_dag(
 
 def control_dag(settings: TargetSettings, options: DagOptions) -> DAG:
     """``migronaut_control``: a trigger form to pause, resume, cancel, retry, repin, unlock,
-    and to brake or release the whole target.
+    undo, and to brake or release the whole target.
 
     A run acts only for a triggering user who may edit the migration's DAG (for
     ``brake``/``release``: this DAG) (the target's ``authorize_runs``).

@@ -652,7 +652,14 @@ def _complete(rt: Runtime, job: Job, state: StateDocument, generation: int) -> A
     if completed is not None:
         rt.forget_migration(name)
         failed_documents = len(completed.get("bad_ids") or [])
-        if failed_documents:
+        if failed_documents and job.undo:
+            log.warning(
+                "%s: its undo completed and left %d document(s) changed since the migration "
+                "wrote them; they keep the new shape (listed by _id in its status)",
+                name,
+                failed_documents,
+            )
+        elif failed_documents:
             log.warning(
                 "%s completed with %d document(s) it could not migrate (within "
                 "max_document_errors); they keep the old shape",

@@ -29,6 +29,7 @@ from migronaut_core.background.spec import (
     read_stored,
 )
 from migronaut_core.background.store import PlanDocument, StateDocument
+from migronaut_core.background.undo import JournalWriter, journal_writer, restore_functions
 from migronaut_core.errors import ChecksumMismatchError, TransactionsUnsupportedError
 
 Document = dict[str, Any]
@@ -54,6 +55,11 @@ class Job:
     #: How a write is guarded: ``pipeline`` (``_id`` filter, the version/revision test
     #: inside the update; MongoDB 5.0+) or ``filter`` (the test in the filter).
     guard: Literal["pipeline", "filter"] = "filter"
+    #: Keeps each batch's before-images before its guarded write: set for the
+    #: forward passes of a migration with ``undo = "journal"``, else ``None``.
+    journal: JournalWriter | None = None
+    #: Whether this job is an undo (a revert pass restoring the journal's before-images).
+    undo: bool = False
     #: The token of the failed-only retry this job's pass works (its ``match`` is
     #: narrowed to that retry's documents), None for an ordinary pass.
     replay: str | None = None
@@ -214,13 +220,22 @@ def build_job(
 
     The registered spec wins over the file's; the state's direction, bad ``_id``\ s
     and generation apply; a started failed-only retry (``replay``) narrows the match
-    to its documents instead. :func:`job_for` is the checked way in; a dry run calls
-    this directly, since it reports a changed file instead of refusing it.
+    to its documents instead. An undo's registration (``undo: "journal"``) runs the
+    journal's restore (:mod:`.undo`) instead of the file's functions; the forward
+    passes of a migration with ``undo = "journal"`` journal their batches.
+    :func:`job_for` is the checked way in; a dry run calls this directly, since it
+    reports a changed file instead of refusing it.
     """
     spec = read_stored(state["spec"], name=name) if state and state.get("spec") else loaded.spec
     direction: Direction = "revert" if state and state.get("direction") == "revert" else "forward"
     replay = state.get("replay") if state else None
     replaying = replay is not None and "ids" in replay
+    undo = direction == "revert" and state is not None and state.get("undo") == "journal"
+    generation = int(state.get("generation", 0)) if state else 0
+    fns = restore_functions(rt, name, spec) if undo else loaded.fns
+    journal = None
+    if spec.undo == "journal" and direction == "forward":
+        journal = journal_writer(rt, name, spec, generation)
     bad_ids = state.get("bad_ids") if state else None
     if spec.mode == "step":
         match: Document = {}
@@ -232,16 +247,18 @@ def build_job(
     return Job(
         name=name,
         spec=spec,
-        fns=loaded.fns,
+        fns=fns,
         direction=direction,
         match=match,
         partitioner=splitting.partitioner,
         hint=splitting.hint,
         log=logging.getLogger(f"migronaut.background.{name}"),
-        generation=int(state.get("generation", 0)) if state else 0,
+        generation=generation,
         cancel=cancel or CancelToken(),
         sharding=splitting.sharding,
         guard="pipeline" if rt.supports_pipeline_guard() else "filter",
+        journal=journal,
+        undo=undo,
         replay=replay["token"] if replay is not None and replaying else None,
     )
 

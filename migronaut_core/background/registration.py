@@ -70,7 +70,7 @@ class RunnerHooks:
             self.files.resolve(migration)
             return
         _, spec, state = self._registered_spec(migration)
-        if not spec.reversible and self._rewritten(migration.name, state):
+        if not spec.reversible and not _undone(state) and self._rewritten(migration.name, state):
             raise _irreversible(migration.name)
 
     def prepare(self) -> None:
@@ -78,8 +78,10 @@ class RunnerHooks:
         self._ready()
 
     def down_action(self, migration: LoadedMigration) -> DownAction:
-        """What ``down`` would do with a background migration: ``revert`` or ``withdraw``."""
-        return "revert" if self._registered_spec(migration)[1].reversible else "withdraw"
+        """What ``down`` would do with a background migration: ``revert`` or ``withdraw``
+        (an undone one: ``revert``, its undo being the way back)."""
+        _, spec, state = self._registered_spec(migration)
+        return "revert" if spec.reversible or _undone(state) else "withdraw"
 
     def unfinished(self, requires: Sequence[str]) -> list[dict[str, Any]]:
         """The requirements that have not completed, as ``{migration, status}``; reads only."""
@@ -168,7 +170,8 @@ class RunnerHooks:
         """``down``: register the way back, or withdraw one that has rewritten nothing.
 
         Goes by the spec registered at ``up`` (the file's functions, whatever its
-        spec says now; collection definitions that do not load are passed over).
+        spec says now; collection definitions that do not load are passed over; a
+        migration already undone from its journal keeps its undo).
         A validator its finalize set is removed first: the collection's validation
         is restored exactly as it was before (:func:`~.validator.restore`), so the
         revert's old-shape writes are accepted.
@@ -179,7 +182,8 @@ class RunnerHooks:
             its lock past one lock TTL; nothing was written.
         """
         loaded, spec, state = self._registered_spec(migration)
-        if spec.reversible and _registered_as(state, loaded.checksum, "revert"):
+        undone = _undone(state)
+        if undone or (spec.reversible and _registered_as(state, loaded.checksum, "revert")):
             assert state is not None
             return {
                 "status": state["status"],
@@ -339,6 +343,12 @@ def _registered_as(state: StateDocument | None, checksum: str, direction: str) -
         and state.get("direction", "forward") == direction
         and state.get("checksum") == checksum
     )
+
+
+def _undone(state: StateDocument | None) -> bool:
+    """Whether ``state`` is the undo of its migration (``background undo``): ``down``
+    keeps it as the way back, writing nothing more."""
+    return state is not None and state.get("undo") == "journal"
 
 
 def _irreversible(name: str) -> IrreversibleMigrationError:

@@ -259,6 +259,9 @@ class BackgroundStatusView:
     spec has none or it has not begun). ``window``: the maintenance windows its lanes
     keep and when the next opens or closes (left out when none apply, and once the
     migration completed, failed or was cancelled).
+    ``undo``: ``journal`` when this registration is an undo from the journal
+    (``direction`` is then ``revert``; the documents it left because they changed
+    since are its failed documents, reason ``changed``); left out otherwise.
     """
 
     name: str
@@ -300,6 +303,7 @@ class BackgroundStatusView:
     document_errors: tuple[DocumentError, ...] = field(metadata=json_field(omit="always"))
     held_by: HoldView | None = field(default=None, metadata=json_field(omit="none"))
     validator: ValidatorView | None = field(default=None, metadata=json_field(omit="none"))
+    undo: str | None = field(default=None, metadata=json_field(omit="none"))
     window: WindowView | None = field(default=None, metadata=json_field(omit="none"))
 
     def to_dict(self) -> dict[str, Any]:
@@ -429,6 +433,7 @@ def status_view(
         ),
         held_by=_hold(state),
         validator=_validator(state),
+        undo=state.get("undo"),
         window=(
             None if state.get("status") in _FINISHED else _window(spec, windows, now or utc_now())
         ),

@@ -5,8 +5,8 @@ that works one background migration at a time through the engine's
 :class:`~migronaut_core.background.runtime.Runtime`: the coordinator step,
 slices and in-process runs, the typed status views and reads (reads only), the
 one control entry point (:meth:`Background.control`: pause, resume, cancel,
-retry — of everything left, or of the failed documents only —, repin, unlock),
-the failed documents (:meth:`Background.failed`), the target-wide brake,
+retry — of everything left, or of the failed documents only —, repin, unlock,
+undo), the failed documents (:meth:`Background.failed`), the target-wide brake,
 the dry run, the background audit and the engine's
 events.
 """
@@ -316,6 +316,10 @@ class Background:
         ``repin``: the file on disk becomes its version (its checksum in the
         changelog too, and ``checksum`` on the result; ``replan`` says whether its
         partitions are planned again).
+        ``undo``: a migration with ``undo = "journal"`` that no longer runs
+        (completed, failed or cancelled) is registered as its undo, a revert
+        pass that puts back every document still exactly as it wrote it from
+        its journal and leaves (and lists by ``_id``) those changed since.
         ``unlock``: clears the coordinator lock and every lease (``lock``,
         ``leases``; its status is unchanged) of any name, registered or not (a
         lock left behind by a withdrawn migration: status ``unregistered``).
@@ -327,7 +331,8 @@ class Background:
         :raises NotAppliedError: it is not registered (any action but ``unlock``).
         :raises BackgroundConflictError: the action does not fit its status (a
             failed-only retry: unless it is completed, failed or cancelled and has
-            failed documents), before anything is written.
+            failed documents; an undo: :class:`~migronaut_core.errors.UndoUnavailableError`),
+            before anything is written.
         """
         action = controls.check_control(action, wait=wait, repin=repin, failed_only=failed_only)
         who = with_default_user(Actor(requested_by=requested_by, reason=reason))
@@ -385,6 +390,8 @@ class Background:
             return controls.unlock(self._kit._runtime, name, actor=who)
         if action == "repin":
             return self._repin(name, who)
+        if action == "undo":
+            return controls.undo(self._kit._runtime, name, actor=who)
         replan = self._repin_for_retry(name, who, failed_only=failed_only) if repin else None
         if action == "retry_from_start":
             result = controls.control(self._kit._runtime, name, "retry", actor=who, from_start=True)

@@ -1,4 +1,4 @@
-"""Operators' controls: pause, resume, cancel, retry (reopen), repin, unlock, wait.
+"""Operators' controls: pause, resume, cancel, retry (reopen), repin, unlock, undo, wait.
 
 :data:`CONTROL_ACTIONS` is the one list of what an operator may ask for; the
 CLI, the Airflow operators and the UI take it from here, and
@@ -36,6 +36,7 @@ from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.spec import Direction, match_hash, read_stored
 from migronaut_core.background.states import TERMINAL, transition
 from migronaut_core.background.store import StateDocument
+from migronaut_core.background.undo import start_undo
 from migronaut_core.changelog import Actor
 from migronaut_core.clock import monotonic, utc_now
 from migronaut_core.errors import BackgroundConflictError, ConfigInvalidError, NotAppliedError
@@ -44,7 +45,9 @@ from migronaut_core.json_shape import json_field, to_json_dict
 log = logging.getLogger("migronaut_core.background")
 
 #: What an operator may ask of a background migration.
-ControlAction = Literal["pause", "resume", "cancel", "retry", "retry_from_start", "repin", "unlock"]
+ControlAction = Literal[
+    "pause", "resume", "cancel", "retry", "retry_from_start", "repin", "unlock", "undo"
+]
 #: Every control action, in the order they are offered.
 CONTROL_ACTIONS: Final[tuple[ControlAction, ...]] = get_args(ControlAction)
 #: What each action does, in one line (the CLI's help).
@@ -57,6 +60,7 @@ SUMMARIES: Final[Mapping[ControlAction, str]] = MappingProxyType(
         "retry_from_start": "retry, dropping all progress",
         "repin": "pin the file on disk as its version",
         "unlock": "clear the coordinator lock and every lease of a stuck one",
+        "undo": 'put back the before-images its undo journal kept (undo = "journal")',
     }
 )
 #: Each action's name on a button (the UI's).
@@ -69,6 +73,7 @@ LABELS: Final[Mapping[ControlAction, str]] = MappingProxyType(
         "retry_from_start": "Retry from start",
         "repin": "Repin",
         "unlock": "Unlock",
+        "undo": "Undo",
     }
 )
 #: What each action does, for someone about to press it (the UI's help).
@@ -84,6 +89,10 @@ EXPLANATIONS: Final[Mapping[ControlAction, str]] = MappingProxyType(
             "Clear the coordinator lock and every lease; "
             "live lanes are cut off at their next write."
         ),
+        "undo": (
+            "Restore every document still as the migration wrote it from its undo journal; "
+            "documents changed since are left and listed by _id."
+        ),
     }
 )
 #: How a report says that an action was done.
@@ -96,16 +105,19 @@ DONE: Final[Mapping[ControlAction, str]] = MappingProxyType(
         "retry_from_start": "retried",
         "repin": "repinned",
         "unlock": "unlocked",
+        "undo": "undoing",
     }
 )
 #: Actions after which the migration may have work again (its driver should run).
 RESTARTING: Final[frozenset[ControlAction]] = frozenset(
-    {"resume", "retry", "retry_from_start", "repin"}
+    {"resume", "retry", "retry_from_start", "repin", "undo"}
 )
 #: Statuses in which a migration's driver has work to take up (``may_run``).
 RUNNABLE: Final[frozenset[str]] = frozenset({"pending", "running"})
 #: Actions that throw work away or cut live lanes off (worth a confirmation).
-DESTRUCTIVE: Final[frozenset[ControlAction]] = frozenset({"cancel", "retry_from_start", "unlock"})
+DESTRUCTIVE: Final[frozenset[ControlAction]] = frozenset(
+    {"cancel", "retry_from_start", "unlock", "undo"}
+)
 #: Actions whose lanes stop before their next batch (``wait`` for them).
 STOPPING: Final[frozenset[ControlAction]] = frozenset({"pause", "cancel"})
 #: Actions that may pin the file on disk first (``repin``).
@@ -451,6 +463,25 @@ def unlock(rt: Runtime, name: str, *, actor: Actor | None = None) -> ControlResu
     applied: Literal["changed", "unchanged"] = "changed" if lock or leases else "unchanged"
     status = UNREGISTERED if state is None else state["status"]
     return ControlResult(applied, status, lock=lock, leases=leases)
+
+
+def undo(rt: Runtime, name: str, *, actor: Actor | None = None) -> ControlResult:
+    """Start the undo of ``name`` from its journal (:func:`~..undo.start_undo`).
+
+    ``unchanged`` when its undo is registered already (whatever its status).
+    Recorded in its history as ``undo``.
+
+    :raises NotAppliedError: it is not registered.
+    :raises UndoUnavailableError: it keeps no journal, is a revert, or still runs;
+        nothing was written.
+    """
+    state = _registered(rt, name, "undo")
+    if state.get("undo") == "journal":
+        return ControlResult("unchanged", state["status"])
+    undone = start_undo(rt, name, actor=actor)
+    rt.emit("background:control", {"migration": name, "action": "undo"})
+    log.warning("%s: undo from its journal registered", name)
+    return ControlResult("changed", undone["status"])
 
 
 def wait_for_lanes(

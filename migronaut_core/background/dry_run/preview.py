@@ -87,8 +87,11 @@ def dry_run_job(
 ) -> Job:
     """The job a pass would run: the registered spec, direction and exclusions, or the file's."""
     check_mode(name, spec_of(name, loaded, state), steps=steps, from_start=from_start)
-    # Built as lanes build it, so the preview refuses what lanes refuse (a shard key change).
-    return build_job(rt, name, loaded, state)
+    # Built as lanes build it, so the preview refuses what lanes refuse (a shard key change);
+    # a dry run keeps no before-images.
+    job = build_job(rt, name, loaded, state)
+    job.journal = None
+    return job
 
 
 def transform_context(rt: Runtime, job: Job, session: ClientSession | None) -> TransformContext:

@@ -35,6 +35,7 @@ from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.job import Job
 from migronaut_core.background.planning.partition import Partitioner
 from migronaut_core.background.spec import Direction
+from migronaut_core.background.undo import CHANGED, ChangedSinceError
 from migronaut_core.bson_values import canonical_id_key, clone_document
 from migronaut_core.clock import elapsed_ms, monotonic
 from migronaut_core.errors import (
@@ -147,6 +148,8 @@ def batch_results(job: Job, out: Any, count: int) -> list[Any]:
 
 
 def _one_result(doc: Document, result: Any) -> tuple[Document, Document | None, DocError | None]:
+    if isinstance(result, ChangedSinceError):
+        return doc, None, DocError(doc["_id"], error_text(result), CHANGED)
     if isinstance(result, Exception):
         return doc, None, DocError(doc["_id"], error_text(result), "transform")
     if not isinstance(result, Mapping):
@@ -295,8 +298,14 @@ def write_round(
     round_: WriteRound,
     session: ClientSession | None = None,
 ) -> Written:
-    """Write a prepared round; safe to run on another thread than the one preparing the next."""
+    """Write a prepared round; safe to run on another thread than the one preparing the next.
+
+    A journaling job (``undo = "journal"``) keeps the round's before-images first:
+    in ``session``'s transaction, else acknowledged before the guarded write.
+    """
     started = monotonic()
+    if job.journal is not None and round_.owners:
+        job.journal(round_.owners, session)
     applied, failed = write_ops(
         collection, round_.ops, write_concern=job.spec.write_concern, session=session
     )

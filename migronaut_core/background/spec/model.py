@@ -24,6 +24,9 @@ from migronaut_core.windows import Window
 
 Mode: TypeAlias = Literal["declarative", "step", "update"]
 Direction: TypeAlias = Literal["forward", "revert"]
+#: How a migration can be undone without a hand-written ``revert``: ``journal`` keeps
+#: each rewritten document's before-image (``background.undo``).
+UndoMode: TypeAlias = Literal["journal"]
 Transform: TypeAlias = Callable[..., Any]
 
 #: The modes whose passes rewrite a collection's documents by version (all but step):
@@ -46,6 +49,11 @@ MIN_PARTITION_DOCS: Final = 1_000
 UPDATE_PARTITION_BATCHES: Final = 4
 
 MAX_CHECKPOINT_BYTES: Final = 64 * 1024
+
+#: How long an undo journal keeps a before-image unless ``undo_retention`` says (7 days).
+DEFAULT_UNDO_RETENTION_S: Final = 7 * 86_400
+#: The shortest and longest ``undo_retention`` (one hour, one year).
+UNDO_RETENTION_S: Final = (3_600, 365 * 86_400)
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,7 +305,10 @@ class BackgroundSpec:
     - ``reversible`` says a way back exists (``revert``/``revert_batch``,
       ``revert_step`` in step mode, ``revert_update`` in update mode);
     - ``validator`` is ``None`` in step mode; ``validator_soak`` keeps its
-      defaults when ``validator`` is ``None``.
+      defaults when ``validator`` is ``None``;
+    - ``undo == "journal"`` only in declarative mode and with a ``revision_field``
+      (what tells the migration's write from a later one); ``undo_retention_s``
+      is how long a before-image is kept (an hour to a year, default 7 days).
     """
 
     collection: str | None = None
@@ -329,6 +340,8 @@ class BackgroundSpec:
     revert_update: list[dict[str, Any]] | None = None
     validator: ValidatorSettings | None = None
     validator_soak: SoakSettings = dataclasses.field(default_factory=SoakSettings)
+    undo: UndoMode | None = None
+    undo_retention_s: int = DEFAULT_UNDO_RETENTION_S
 
     def pipeline(self, direction: Direction) -> list[dict[str, Any]] | None:
         """Return a copy of the user's update stages for ``direction`` (``None``:
@@ -383,6 +396,8 @@ class BackgroundSpec:
             "revert_update": _stages_document(self.revert_update),
             "validator": None if self.validator is None else self.validator.to_document(),
             "validator_soak": dataclasses.asdict(self.validator_soak),
+            "undo": self.undo,
+            "undo_retention": self.undo_retention_s,
         }
 
 

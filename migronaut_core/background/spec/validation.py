@@ -27,9 +27,11 @@ from bson.codec_options import CodecOptions
 from bson.errors import BSONError
 
 from migronaut_core.background.spec.model import (
+    DEFAULT_UNDO_RETENTION_S,
     HEALTH_SENSE,
     HEALTH_SIGNALS,
     MIN_PARTITION_DOCS,
+    UNDO_RETENTION_S,
     UPDATE_PARTITION_BATCHES,
     AdaptiveSettings,
     BackgroundFunctions,
@@ -43,6 +45,7 @@ from migronaut_core.background.spec.model import (
     ThrottleSettings,
     TransactionSettings,
     Transform,
+    UndoMode,
     ValidatorSettings,
 )
 from migronaut_core.background.spec.stages import StageError, checked_stages, stamp_problem
@@ -51,6 +54,8 @@ from migronaut_core.checks import (
     check_int,
     choice_problem,
     collection_name_problem,
+    duration_problem,
+    duration_seconds,
     field_name_problem,
     int_problem,
     number_problem,
@@ -266,6 +271,16 @@ def _validator(value: Any) -> ValidatorSettings:
     return ValidatorSettings("json_schema", json_schema=normalised)
 
 
+def _retention(value: Any) -> int:
+    """``undo_retention``: seconds, or text such as ``"7d"`` (an hour to a year)."""
+    problem = duration_problem(value, *UNDO_RETENTION_S)
+    if problem is not None:
+        raise _InvalidError(problem)
+    seconds = duration_seconds(value)
+    assert seconds is not None
+    return seconds
+
+
 # ─── Tables ───────────────────────────────────────────────────────────────────
 
 _FILE_KEYS: Final[Mapping[str, _Key]] = {
@@ -296,6 +311,8 @@ _FILE_KEYS: Final[Mapping[str, _Key]] = {
     "revert_update": _Key(_optional(_stages), None),
     "validator": _Key(_optional(_validator), None),
     "validator_soak": _Key(_mapping),
+    "undo": _Key(_optional(_choice(UndoMode)), None),
+    "undo_retention": _Key(_retention, DEFAULT_UNDO_RETENTION_S),
 }
 _STORED_KEYS: Final[Mapping[str, _Key]] = {**_FILE_KEYS, "reversible": _Key(_boolean, False)}
 
@@ -405,7 +422,30 @@ def _assemble(
         revert_update=values["revert_update"],
         validator=_finalizing(values["validator"], values["validator_soak"], mode, tolerant),
         validator_soak=_within("validator_soak", _soak, values["validator_soak"], tolerant),
+        undo=_undo(values["undo"], mode, revision_field),
+        undo_retention_s=values["undo_retention"],
     )
+
+
+def _undo(undo: UndoMode | None, mode: Mode, revision_field: str | None) -> UndoMode | None:
+    """``undo = "journal"`` journals Python rewrites only, and needs a revision to tell
+    the migration's write from a later one."""
+    if undo is None:
+        return None
+    if mode != "declarative":
+        raise _InvalidError(
+            f"is not supported in {mode} mode: only a declarative migration's documents are "
+            "journaled (an update pipeline is written by the server without reading them; a "
+            "step migration has no documents to journal)",
+            "undo",
+        )
+    if revision_field is None:
+        raise _InvalidError(
+            "needs background.revision_field: the revision tells a document the migration "
+            "wrote from one changed since",
+            "undo",
+        )
+    return undo
 
 
 def _mode_of(values: Mapping[str, Any]) -> Mode:

@@ -13,12 +13,15 @@
 - :mod:`.stalls`: the stall watch's reads of running migrations and what it signalled;
 - :mod:`.budget`: the target's write budget (one bucket on the server's clock)
   and its brake;
+- :mod:`.journal`: the undo journal, before-images of documents a migration with
+  ``undo = "journal"`` rewrote (a TTL index expires them);
 - :mod:`.documents`: the shapes of the documents it keeps (``StateDocument``,
   ``HistoryDocument``, ``PartitionDocument``, ``LeaseDocument``,
   ``ConvergeLogDocument``, ``WatchDocument``…).
 
 :class:`BackgroundStore` is the one handle callers use for the first three,
-composed of them: ``store.states``, ``store.partitions``, ``store.leases``.
+composed of them: ``store.states``, ``store.partitions``, ``store.leases``, and
+``store.journal``.
 Every name a caller may import is re-exported here.
 """
 
@@ -37,6 +40,7 @@ from migronaut_core.background.store.documents import (
     HistoryDocument,
     HoldDocument,
     InflightDocument,
+    JournalDocument,
     LeaseDocument,
     PartitionDocument,
     PlanDocument,
@@ -54,6 +58,7 @@ from migronaut_core.background.store.drift_events import (
     read_drift_position_async,
     save_drift_position_async,
 )
+from migronaut_core.background.store.journal import JOURNAL_WRITE_CONCERN, BeforeImage, UndoJournal
 from migronaut_core.background.store.leases import Claim, Lease, Leases, live_leases_filter
 from migronaut_core.background.store.partitions import (
     OPEN_STATUSES,
@@ -102,6 +107,8 @@ class BackgroundStore:
         self.leases = Leases(db, names)
         #: The target's write budget and brake (one document for every migration).
         self.budget = BudgetStore(db, names)
+        #: The before-images of journaling migrations, for ``background undo``.
+        self.journal = UndoJournal(db, names.undo)
 
     @property
     def namespace(self) -> str:
@@ -114,6 +121,7 @@ class BackgroundStore:
             *self.partitions.required_indexes(),
             *self.leases.required_indexes(),
             *self.states.required_indexes(),
+            *self.journal.required_indexes(),
         ]
 
     def ensure_indexes(self, *, create: bool = True) -> None:
@@ -126,6 +134,7 @@ class BackgroundStore:
 
 
 __all__ = [
+    "JOURNAL_WRITE_CONCERN",
     "LANES_STATE_PROJECTION",
     "MAX_BAD_IDS",
     "MAX_DOC_ERRORS",
@@ -135,6 +144,7 @@ __all__ = [
     "STREAMING_FRESH_SECONDS",
     "WATCH_COUNTERS",
     "BackgroundStore",
+    "BeforeImage",
     "BrakeDocument",
     "BrakeLogDocument",
     "BudgetStore",
@@ -152,6 +162,7 @@ __all__ = [
     "HistoryDocument",
     "HoldDocument",
     "InflightDocument",
+    "JournalDocument",
     "Lease",
     "LeaseDocument",
     "Leases",
@@ -162,6 +173,7 @@ __all__ = [
     "ReplayDocument",
     "StateDocument",
     "StateDocuments",
+    "UndoJournal",
     "ValidatorDocument",
     "WatchDocument",
     "WatchLeaderDocument",

@@ -16,7 +16,9 @@ that the caller knows it is there (a partition of a committed plan has a
 - :class:`ConvergeLogDocument`: one index converge created or dropped
   (``converge_log.py``);
 - :class:`WatchDocument`: a drift watcher's row (``watch.py``), with its
-  :class:`WatchLeaderDocument`.
+  :class:`WatchLeaderDocument`;
+- :class:`JournalDocument`: one document's before-image in the undo journal
+  (``journal.py``).
 
 No document is checked when it is read: these are types only (a cast at the
 store's read boundary), at no cost at run time.
@@ -185,6 +187,8 @@ StateDocument = TypedDict(
         "reopened": int,
         "hold": HoldDocument,
         "validator": ValidatorDocument,
+        # -- an undo's registration (``background undo``): ``"journal"`` --
+        "undo": str,
         "replay": "ReplayDocument | None",
     },
     total=False,
@@ -282,6 +286,33 @@ class WatchDocument(TypedDict, total=False):
     resume_token: dict[str, Any]
 
 
+class JournalKey(TypedDict):
+    """A journal entry's ``_id``: the migration's name and the document's ``_id``."""
+
+    m: str
+    d: Any
+
+
+class JournalDocument(TypedDict, total=False):
+    """One document's before-image, kept for ``background undo`` (``journal.py``).
+
+    ``written`` is the revision the migration's guarded write gave the document
+    (``revision + 1``): the document is still the migration's write exactly
+    while it is at the target version with that revision. A later rewrite of
+    the same document by the migration (a conflict re-read, a drift healed)
+    replaces the entry. ``expires_at`` is the TTL index's date.
+    """
+
+    _id: Required[JournalKey]
+    migration: Required[str]
+    generation: int
+    before: dict[str, Any]
+    revision: int
+    written: int
+    at: datetime
+    expires_at: datetime
+
+
 __all__ = [
     "ControlMark",
     "ConvergeLogDocument",
@@ -289,6 +320,7 @@ __all__ = [
     "HistoryDocument",
     "HoldDocument",
     "InflightDocument",
+    "JournalDocument",
     "LeaseDocument",
     "PartitionDocument",
     "PlanDocument",

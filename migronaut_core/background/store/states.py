@@ -128,49 +128,38 @@ class StateDocuments:
         finds its lease gone at its next write. The history is kept.
         """
         self._partitions.delete_many({"migration": name}, session=session)
-        now = utc_now()
-        fresh = {
-            "schema": STATE_SCHEMA,
-            "registration": uuid.uuid4().hex,
-            "phase": "partition",
-            "generation": 0,
-            "pass": 0,
-            "rolled_generation": 0,
-            "totals": {},
-            "bad_ids": [],
-            "doc_errors": [],
-            "failed_partitions": 0,
-            "last_error": None,
-            "updated_at": now,
-            "registered_at": now,
-            **fields,
-        }
-        entry: HistoryDocument = {"action": action, "to": fields.get("status"), "by": by, "at": now}
         doc = self.collection.find_one_and_update(
             {"_id": name},
-            {
-                "$set": fresh,
-                "$unset": {
-                    "plan": "",
-                    "started_at": "",
-                    "completed_at": "",
-                    "failed_at": "",
-                    "coordinator": "",
-                    "round": "",
-                    "control": "",
-                    "hold": "",
-                    "validator": "",
-                    "replay": "",
-                },
-                "$setOnInsert": {"created_at": now},
-                "$push": {"history": {"$each": [entry], "$slice": -MAX_HISTORY}},
-            },
+            _registration_update(fields, action, by),
             upsert=True,
             return_document=ReturnDocument.AFTER,
             session=session,
         )
         assert doc is not None
         return doc
+
+    def register_over(
+        self,
+        name: str,
+        fields: Mapping[str, Any],
+        *,
+        expected: Mapping[str, Any],
+        action: str,
+        noted: Mapping[str, Any] | None = None,
+    ) -> StateDocument | None:
+        """Replace a registration by compare-and-set: only while the state matches
+        ``expected`` (``None``: it moved on and was left as it was). ``noted``
+        joins the history entry (who asked, why).
+
+        For a state no pass is working (a final status): its partitions go first,
+        as with :meth:`register`, so none is left for the new registration to mistake.
+        """
+        self._partitions.delete_many({"migration": name})
+        return self.collection.find_one_and_update(
+            {"_id": name, **expected},
+            _registration_update(fields, action, None, noted),
+            return_document=ReturnDocument.AFTER,
+        )
 
     def delete(self, name: str, *, session: ClientSession | None = None) -> None:
         """Forget a background migration entirely (a withdrawn registration)."""
@@ -294,3 +283,53 @@ class StateDocuments:
                 "$set": {"updated_at": utc_now()},
             },
         )
+
+
+#: What a fresh registration clears of the one before it (unless it sets it again).
+_CLEARED_BY_REGISTRATION = (
+    "plan",
+    "started_at",
+    "completed_at",
+    "failed_at",
+    "coordinator",
+    "round",
+    "control",
+    "hold",
+    "validator",
+    "replay",
+    "undo",
+)
+
+
+def _registration_update(
+    fields: Mapping[str, Any],
+    action: str,
+    by: str | None,
+    noted: Mapping[str, Any] | None = None,
+) -> Document:
+    """The update that starts a registration afresh with ``fields`` (history kept)."""
+    now = utc_now()
+    fresh = {
+        "schema": STATE_SCHEMA,
+        "registration": uuid.uuid4().hex,
+        "phase": "partition",
+        "generation": 0,
+        "pass": 0,
+        "rolled_generation": 0,
+        "totals": {},
+        "bad_ids": [],
+        "doc_errors": [],
+        "failed_partitions": 0,
+        "last_error": None,
+        "updated_at": now,
+        "registered_at": now,
+        **fields,
+    }
+    entry: HistoryDocument = {"action": action, "to": fields.get("status"), "by": by, "at": now}
+    entry.update(cast(HistoryDocument, dict(noted or {})))
+    return {
+        "$set": fresh,
+        "$unset": {key: "" for key in _CLEARED_BY_REGISTRATION if key not in fields},
+        "$setOnInsert": {"created_at": now},
+        "$push": {"history": {"$each": [entry], "$slice": -MAX_HISTORY}},
+    }

@@ -33,7 +33,8 @@ def test_control_background_applies_every_action_and_answers_a_control_result(
     kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
 ) -> None:
     seed_users(db, 300)
-    write_background(migrations, batch_size=50, max_parallel=2)
+    journaled = '"revision_field": "rev", "undo": "journal",'
+    write_background(migrations, batch_size=50, max_parallel=2, extra=journaled)
     kit.runs.up()
     done: list[ControlAction] = []
 
@@ -52,7 +53,7 @@ def test_control_background_applies_every_action_and_answers_a_control_result(
     kit.background.control(SPLIT_NAME, "cancel")
     assert control("retry_from_start") == ControlResult("changed", "pending", may_run=True)
 
-    write_background(migrations, batch_size=50, max_parallel=3)
+    write_background(migrations, batch_size=50, max_parallel=3, extra=journaled)
     assert control("repin") == ControlResult(
         "changed", "pending", replan=True, checksum=ANY, may_run=True
     )
@@ -69,6 +70,9 @@ def test_control_background_applies_every_action_and_answers_a_control_result(
     assert kit._runtime.lock_for(SPLIT_NAME).acquire()
     held = kit.background.control(SPLIT_NAME, "unlock")
     assert held == ControlResult("changed", "pending", lock=True, leases=0)
+
+    kit.background.control(SPLIT_NAME, "cancel")
+    assert control("undo") == ControlResult("changed", "pending", may_run=True)
 
     assert set(done) == set(CONTROL_ACTIONS)
     recorded = {
