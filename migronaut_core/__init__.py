@@ -25,6 +25,13 @@ from migronaut_core.background.control.actions import (
     ControlResult,
     check_control,
 )
+from migronaut_core.background.control.brake import (
+    BRAKE_ACTIONS,
+    BrakeAction,
+    BrakeLogEntry,
+    BrakeView,
+    parse_until,
+)
 from migronaut_core.background.coordinator import STALL_SECONDS, Answer, Driver, NextStep
 from migronaut_core.background.drift.events import (
     DriftEventSettings,
@@ -124,6 +131,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BACKGROUND_MILESTONES",
     "BACKGROUND_STATUSES",
+    "BRAKE_ACTIONS",
     "CONTROL_ACTIONS",
     "CONTROL_GUIDES",
     "DEFAULT_BACKGROUND_COLLECTION",
@@ -141,6 +149,9 @@ __all__ = [
     "BackgroundStatusView",
     "BaselineConflictError",
     "BaselineResult",
+    "BrakeAction",
+    "BrakeLogEntry",
+    "BrakeView",
     "CancelToken",
     "CatalogEntry",
     "ChecksumMismatchError",
@@ -224,6 +235,7 @@ __all__ = [
     "load_config",
     "next_drift_signal",
     "next_stall_signal",
+    "parse_until",
     "read_catalog",
     "read_gate",
     "read_gate_async",

@@ -116,6 +116,10 @@ class Config:
         a user without index-creation rights, only checks that they exist and
         raises :class:`~migronaut_core.errors.IndexMissingError` naming the
         missing ones before anything is written.
+    :param background_budget: documents per second every background migration
+        writing to this database may write together, shared by ``priority``
+        through one bucket on the server (``None``: no budget; see
+        :mod:`migronaut_core.background.throttle.budget`).
     :param background_windows: the target's maintenance windows, for every
         background migration without ``windows`` of its own: a list of
         ``{days, from, to, timezone, rate}`` (:mod:`migronaut_core.windows`;
@@ -141,6 +145,9 @@ class Config:
     background_drift: DriftMode = "poll"
     background_on_drift: OnDrift = "reopen"
     ensure_indexes: bool = True
+    background_budget: int | None = dataclasses.field(
+        default=None, metadata=_between(1, 10_000_000)
+    )
     background_windows: tuple[Window, ...] | None = None
 
     @property
@@ -159,6 +166,7 @@ class Config:
             background.watch,
             background.converge_log,
             background.drift_events,
+            background.budget,
             background.undo,
         )
 
@@ -188,6 +196,7 @@ class BackgroundCollections:
 
     ``converge_log``: every index converge created or dropped (what, when, by whom).
     ``drift_events``: where the event-driven drift triggers resume their change streams.
+    ``budget``: the target's write budget bucket and its brake (one document each).
     ``undo``: the undo journal, the before-images of documents rewritten by
     migrations with ``undo = "journal"``.
     """
@@ -197,6 +206,7 @@ class BackgroundCollections:
     watch: str
     converge_log: str
     drift_events: str
+    budget: str
     undo: str
 
     @classmethod
@@ -207,6 +217,7 @@ class BackgroundCollections:
             watch=f"{prefix}_watch",
             converge_log=f"{prefix}_converge_log",
             drift_events=f"{prefix}_drift_events",
+            budget=f"{prefix}_budget",
             undo=f"{prefix}_undo",
         )
 
@@ -443,6 +454,8 @@ def _check_values(config: Config) -> None:
             {"key": "changelog_collection"},
         )
     for key, (low, high) in _RANGES.items():
+        if getattr(config, key) is None:
+            continue
         if _FIELD_TYPES[key] == (int,):
             check_int(key, getattr(config, key), int(low), int(high))
         else:

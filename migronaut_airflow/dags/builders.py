@@ -32,7 +32,7 @@ from migronaut_airflow.operators.drift import VerifyDriftEventsOperator
 from migronaut_airflow.operators.runs import OPERATIONS, AdminOperationOperator
 from migronaut_airflow.sensors.lanes import BackgroundLanesSensor
 from migronaut_airflow.targets import DEFAULT_TARGET, TargetSettings
-from migronaut_core import CONTROL_ACTIONS, MigrationCatalog, check_int
+from migronaut_core import BRAKE_ACTIONS, CONTROL_ACTIONS, MigrationCatalog, check_int
 
 TAGS = ["migronaut"]
 #: Airflow's pool of a task that names none.
@@ -354,10 +354,11 @@ def stalls_dag(
 
 
 def control_dag(settings: TargetSettings, options: DagOptions) -> DAG:
-    """``migronaut_control``: a trigger form to pause, resume, cancel, retry, repin, unlock, undo.
+    """``migronaut_control``: a trigger form to pause, resume, cancel, retry, repin, unlock,
+    undo, and to brake or release the whole target.
 
-    A run acts only for a triggering user who may edit the migration's DAG
-    (the target's ``authorize_runs``).
+    A run acts only for a triggering user who may edit the migration's DAG (for
+    ``brake``/``release``: this DAG) (the target's ``authorize_runs``).
     """
     admin = {**options.for_tasks("admin"), **settings.operator_args()}
     with target_dag(
@@ -367,9 +368,16 @@ def control_dag(settings: TargetSettings, options: DagOptions) -> DAG:
         max_active_runs=None,
         doc_md="Control a background migration; the triggering user is recorded with the reason.",
         params={
-            "migration": Param("", type="string", description="the background migration's name"),
-            "action": Param("pause", type="string", enum=list(CONTROL_ACTIONS)),
+            "migration": Param(
+                "", type="string", description="the background migration's name (not for brake)"
+            ),
+            "action": Param("pause", type="string", enum=[*CONTROL_ACTIONS, *BRAKE_ACTIONS]),
             "reason": Param("", type="string", description="why (recorded in its history)"),
+            "until": Param(
+                "",
+                type="string",
+                description="brake only: when it ends by itself (ISO 8601 with a time zone)",
+            ),
             "failed_only": Param(
                 False,
                 type="boolean",
@@ -382,6 +390,7 @@ def control_dag(settings: TargetSettings, options: DagOptions) -> DAG:
             migration="{{ params.migration }}",
             action="{{ params.action }}",
             reason="{{ params.reason }}",
+            until="{{ params.until }}",
             failed_only="{{ params.failed_only }}",
             authorize_runs=settings.authorize_runs,
             **admin,

@@ -26,6 +26,7 @@ from migronaut_airflow.operators.takeover import Decision, decide, new_holds
 from migronaut_airflow.targets import DEFAULT_TARGET, check_target_name, dag_id_for, dag_prefix
 from migronaut_airflow.triggers.delay import DelayTrigger
 from migronaut_core import (
+    BRAKE_ACTIONS,
     STALL_SECONDS,
     Answer,
     CancelToken,
@@ -36,6 +37,7 @@ from migronaut_core import (
     MigronautError,
     RunResult,
     check_control,
+    parse_until,
 )
 
 if TYPE_CHECKING:
@@ -523,6 +525,12 @@ class BackgroundControlOperator(MigronautOperator):
     the core says it may run now: ``ControlResult.may_run``) and pushes the
     control's result as ``result``.
 
+    ``brake`` and ``release`` (:data:`~migronaut_core.BRAKE_ACTIONS`) act on the
+    whole target instead: ``migration`` is ignored, ``reason`` is required for a
+    brake, ``until`` (ISO 8601 with a time zone, blank: none) ends it by itself,
+    and the triggering user must be allowed to edit this DAG (the target's
+    control DAG). They start no DAG; ``result`` is the brake (``BrakeView``).
+
     :param failed_only: with ``retry``: only the documents the migration could not
         rewrite (``True``/``False``, or a boolean param's rendered template).
     :param authorize_runs: ``auth_manager``, ``off`` or ``module.path:callable``.
@@ -534,6 +542,7 @@ class BackgroundControlOperator(MigronautOperator):
         "reason",
         "requested_by",
         "failed_only",
+        "until",
     )
 
     def __init__(
@@ -543,6 +552,7 @@ class BackgroundControlOperator(MigronautOperator):
         action: str,
         reason: str | None = None,
         requested_by: str | None = None,
+        until: str | None = None,
         failed_only: bool | str = False,
         authorize_runs: str = AUTH_MANAGER,
         **kwargs: Any,
@@ -552,12 +562,15 @@ class BackgroundControlOperator(MigronautOperator):
         self.action = action
         self.reason = reason
         self.requested_by = requested_by
+        self.until = until
         self.failed_only = failed_only
         self.authorize_runs = check_policy(authorize_runs)
 
     def execute(self, context: Context) -> list[str]:
         who = requester(self.requested_by, context)
         dag_run = context.get("dag_run")
+        if self.action in BRAKE_ACTIONS:
+            return self._brake(context, who, getattr(dag_run, "triggering_user_name", None))
         try:
             failed_only = _flag("failed_only", self.failed_only)
             action = check_control(self.action, failed_only=failed_only)
@@ -582,6 +595,22 @@ class BackgroundControlOperator(MigronautOperator):
         context["ti"].xcom_push(key="result", value=result.to_dict())
         self.log.info("%s: %s by %s: %s", self.migration, action, who, result.to_dict())
         return [self.dag_id_for(self.migration)] if result.may_run else []
+
+    def _brake(self, context: Context, who: str | None, user: str | None) -> list[str]:
+        """Set or release the target's brake (after the same permission check, on this DAG)."""
+        authorize_run(user, self.dag_id, self.authorize_runs, f"{self.action} of the target")
+        try:
+            if self.action == "brake":
+                view = self.kit.background.brake(
+                    self.reason or "", until=parse_until(self.until), requested_by=who
+                )
+            else:
+                view = self.kit.background.release(requested_by=who, reason=self.reason or None)
+        except MigronautError as exc:
+            raise AirflowFailException(f"{exc.code}: {exc.message}") from exc
+        context["ti"].xcom_push(key="result", value=view.to_dict())
+        self.log.info("the target's %s by %s: %s", self.action, who, view.to_dict())
+        return []
 
 
 def _flag(key: str, value: bool | str) -> bool:

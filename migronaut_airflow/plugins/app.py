@@ -15,7 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from migronaut_airflow import __version__
-from migronaut_airflow.plugins import api, errors, pages
+from migronaut_airflow.plugins import api, brake, errors, pages
 from migronaut_airflow.plugins.access import CurrentUser
 
 DESCRIPTION = """\
@@ -54,6 +54,7 @@ def create_app() -> FastAPI:
         redoc_url=None,
     )
     app.include_router(api.router)
+    app.include_router(brake.router)
     app.include_router(pages.router)
     app.add_api_route(
         "/openapi.json", _openapi_route(app), methods=["GET"], include_in_schema=False

@@ -95,8 +95,8 @@ THROTTLED: Final = Metric(
     "counter",
     "{change}",
     ("reason", "shard"),
-    "throttle changes (`overload`, `latency`, `recovered`), lag waits (`lag`) and "
-    "health breaches (`health`)",
+    "throttle changes (`overload`, `latency`, `recovered`), lag waits (`lag`), "
+    "health breaches (`health`) and waits for the write budget (`budget`)",
 )
 LEASES_CLAIMED: Final = Metric(
     "migronaut.lease.claimed",
@@ -193,7 +193,8 @@ HELD: Final = Metric(
     "1",
     (),
     "1 while the lanes of a running migration hold on a MongoDB health signal past its "
-    "hard limit (the status's `held_by`, reason `health`), else 0",
+    "hard limit or on the target's brake (the status's `held_by`, reason `health` or "
+    "`brake`), else 0",
 )
 WINDOW_WAIT: Final = Metric(
     "migronaut.migration.window_wait",

@@ -25,6 +25,7 @@ from migronaut_core.background.planning.shard import ShardCatalog
 from migronaut_core.background.spec import BackgroundFunctions, BackgroundSpec
 from migronaut_core.background.store import BackgroundStore
 from migronaut_core.background.telemetry import NO_TELEMETRY, Telemetry
+from migronaut_core.background.throttle.budget import TargetBudget
 from migronaut_core.background.throttle.health import oplog_headroom_key
 from migronaut_core.background.throttle.pacing import warning_keys
 from migronaut_core.background.throttle.registry import ThrottleRegistry
@@ -89,6 +90,8 @@ class Runtime:
     #: Every collection migronaut keeps its own records in (the config's
     #: ``bookkeeping_collections``); no migration writes to them.
     bookkeeping: tuple[str, ...] = ()
+    #: Documents per second every migration of the target shares (``background_budget``).
+    budget_rate: int | None = None
     #: The target's maintenance windows (``background_windows``), for every
     #: migration whose spec sets no ``windows`` of its own; empty: always open.
     windows: tuple[Window, ...] = ()
@@ -98,12 +101,15 @@ class Runtime:
     warn_once: WarnOnce = field(default_factory=lambda: WarnOnce(log), init=False)
     #: The adaptive controllers and lag probes this kit's lanes share.
     throttles: ThrottleRegistry = field(default_factory=ThrottleRegistry, init=False)
+    #: The target's write budget and brake, as this kit's lanes meet them.
+    budget: TargetBudget = field(init=False)
     _index_cache: dict[str, tuple[float, list[dict[str, Any]]]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _transactions: bool | None = None
     _pipeline_guard: bool | None = None
 
     def __post_init__(self) -> None:
+        self.budget = TargetBudget(self.store.budget, self.budget_rate)
         if self.catalog is None:
             self.catalog = ShardCatalog(self.client)
 

@@ -116,13 +116,14 @@ class PacingView:
 
 @dataclass(frozen=True, slots=True)
 class HoldView:
-    """Why the lanes hold, by ``reason``: ``health`` or ``window``.
+    """Why the lanes hold, by ``reason``: ``health``, ``window`` or ``brake``.
 
     ``health``: a MongoDB health signal (``signal``, ``level``) past its hard
     limit, its ``reading`` and the ``limit``. ``window``: no maintenance window
-    is open; ``until``: when the next one opens. ``since``: when this hold
-    began; ``at``: when a lane last confirmed it (about every 10 s while lanes
-    look). Server figures and times only, never a document's.
+    is open; ``until``: when the next one opens. ``brake``: the target's brake
+    (``signal`` ``brake``; its reason and until are the brake's). ``since``:
+    when this hold began; ``at``: when a lane last confirmed it (about every
+    10 s while lanes look). Server figures and times only, never a document's.
     """
 
     signal: str | None
@@ -140,6 +141,8 @@ class HoldView:
         if self.reason == "window":
             until = "the next window" if self.until is None else _shown_time(self.until)
             return f"waiting for window until {until}"
+        if self.reason == "brake":
+            return "held: the target's brake is on"
         return f"held: {self.signal} {self.reading} (hard limit {self.limit})"
 
     def to_dict(self) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from migronaut_core import (
     RunAbortedError,
     StepDryRunReport,
     files,
+    parse_until,
 )
 from migronaut_core.background.control.actions import DONE, check_control
 from migronaut_core.cli.output import emit, print_findings, print_views
@@ -48,8 +49,11 @@ def status(kit: Migronaut, args: argparse.Namespace) -> int:
     )
     if args.json:
         emit(views[0] if args.name else views)
-    else:
-        print_views(views)
+        return 0
+    braked = kit.background.brake_status().to_dict()
+    if braked["on"]:
+        print(_brake_line(braked))
+    print_views(views)
     return 0
 
 
@@ -325,6 +329,55 @@ def control(kit: Migronaut, args: argparse.Namespace) -> int:
     else:
         print(_control_line(name, action, before, result))
     return 0
+
+
+def brake(kit: Migronaut, args: argparse.Namespace) -> int:
+    """Set the target-wide brake; print it."""
+    view = kit.background.brake(
+        args.reason, until=parse_until(args.until), requested_by=args.requested_by
+    )
+    if args.json:
+        emit(view.to_dict())
+    else:
+        print(_brake_line(view.to_dict()))
+    return 0
+
+
+def release(kit: Migronaut, args: argparse.Namespace) -> int:
+    """Release the brake; print whether it was on."""
+    view = kit.background.release(requested_by=args.requested_by, reason=args.reason)
+    if args.json:
+        emit(view.to_dict())
+    else:
+        print("brake released" if view.changed else "the brake was off")
+    return 0
+
+
+def brake_status(kit: Migronaut, args: argparse.Namespace) -> int:
+    """Print the brake and its log."""
+    view = kit.background.brake_status().to_dict()
+    entries = [entry.to_dict() for entry in kit.background.brake_log()]
+    if args.json:
+        emit({"brake": view, "log": entries})
+        return 0
+    print(_brake_line(view))
+    for entry in entries:
+        who = f"by {entry['requested_by']}" if entry.get("requested_by") else ""
+        why = f"({entry['reason']})" if entry.get("reason") else ""
+        until = f"until {entry['until']}" if entry.get("until") else ""
+        line = " ".join(part for part in (who, why, until) if part)
+        print(f"{entry['at']}  {entry['action']:<8} {line}")
+    return 0
+
+
+def _brake_line(view: dict[str, Any]) -> str:
+    if not view.get("on"):
+        return "brake: off"
+    parts = [f"brake: ON ({view.get('reason')})", f"by {view.get('requested_by') or '-'}"]
+    parts.append(f"since {view.get('at')}")
+    if view.get("until"):
+        parts.append(f"until {view['until']}")
+    return " ".join(parts)
 
 
 def _registered_status(kit: Migronaut, name: str) -> dict[str, Any]:

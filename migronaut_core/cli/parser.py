@@ -216,6 +216,8 @@ def _add_background_commands(actions: Any) -> None:
     picked.add_argument("--steps", type=int, metavar="N", help="(step mode) run N steps")
     dry_run.add_argument("--from-start", action="store_true", help="(step mode) from no checkpoint")
 
+    _add_brake_commands(action)
+
     for name in CONTROL_ACTIONS:
         if name == "retry_from_start":
             continue  # ``retry --from-start``
@@ -233,6 +235,30 @@ def _add_background_commands(actions: Any) -> None:
                 help="only the documents it could not rewrite (see `background failed`)",
             )
             control.add_argument("--repin", action="store_true", help="repin the file first")
+
+
+def _add_brake_commands(action: Callable[..., argparse.ArgumentParser]) -> None:
+    """Add ``migronaut background brake``, ``release`` and ``brake-status``."""
+    brake = action(
+        "brake",
+        background.brake,
+        "stop every background lane of the target at its next batch, until released",
+        named=False,
+    )
+    brake.add_argument("--reason", required=True, help="why; kept in the brake's log")
+    brake.add_argument(
+        "--until", metavar="TIME", help="end it by itself then (ISO 8601 with a time zone)"
+    )
+    brake.add_argument("--requested-by", help="who asks (default: OS user)")
+    release = action("release", background.release, "release the brake", named=False)
+    release.add_argument("--reason", help="why; kept in the brake's log")
+    release.add_argument("--requested-by", help="who asks (default: OS user)")
+    action(
+        "brake-status",
+        background.brake_status,
+        "the brake and its log (who, when, why)",
+        named=False,
+    )
 
 
 def _add_wait(action: Callable[..., argparse.ArgumentParser]) -> None:

@@ -6,8 +6,8 @@ that works one background migration at a time through the engine's
 slices and in-process runs, the typed status views and reads (reads only), the
 one control entry point (:meth:`Background.control`: pause, resume, cancel,
 retry — of everything left, or of the failed documents only —, repin, unlock,
-undo), the failed documents (:meth:`Background.failed`), the dry run, the background
-audit and the engine's
+undo), the failed documents (:meth:`Background.failed`), the target-wide brake,
+the dry run, the background audit and the engine's
 events.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import cast
 
 from migronaut_core import files
@@ -23,7 +23,9 @@ from migronaut_core.audit import Finding
 from migronaut_core.background import audit as audits
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.control import actions as controls
+from migronaut_core.background.control import brake as brakes
 from migronaut_core.background.control.actions import ControlAction, ControlResult
+from migronaut_core.background.control.brake import BrakeLogEntry, BrakeView
 from migronaut_core.background.coordinator import (
     STALL_SECONDS,
     Answer,
@@ -340,6 +342,39 @@ class Background:
             name, action, who, wait=wait, repin=repin, failed_only=failed_only
         )
         return controls.settled(action, applied)
+
+    def brake(
+        self,
+        reason: str,
+        *,
+        until: datetime | None = None,
+        requested_by: str | None = None,
+    ) -> BrakeView:
+        """Set the target-wide brake: every background lane, in every process, holds at
+        its next batch boundary (outcome ``held``, signal ``brake``) until :meth:`release`
+        or ``until`` (a time with a time zone). Logged with ``requested_by`` (default:
+        the OS user), ``reason`` (required) and ``until``.
+
+        :raises ConfigInvalidError: no reason, a bad ``requested_by``, or ``until``
+            without a time zone or in the past; nothing was written.
+        """
+        who = with_default_user(Actor(requested_by=requested_by, reason=reason))
+        self._kit._ready()
+        return brakes.set_brake(self._kit._runtime, actor=who, until=until)
+
+    def release(self, *, requested_by: str | None = None, reason: str | None = None) -> BrakeView:
+        """Release the brake (``changed`` False when it was off); logged like :meth:`brake`."""
+        who = with_default_user(Actor(requested_by=requested_by, reason=reason))
+        self._kit._ready()
+        return brakes.release(self._kit._runtime, actor=who)
+
+    def brake_status(self) -> BrakeView:
+        """The brake: ``on``, and as set: reason, who, since, until."""
+        return brakes.brake_status(self._kit._runtime)
+
+    def brake_log(self) -> list[BrakeLogEntry]:
+        """Every setting and release of the brake kept (the last 100), oldest first."""
+        return brakes.brake_log(self._kit._runtime)
 
     def _apply_control(
         self,

@@ -170,6 +170,7 @@ class KitBase:
             windows=self.config.background_windows or (),
             telemetry=self._telemetry,
             bookkeeping=self.config.bookkeeping_collections,
+            budget_rate=self.config.background_budget,
         )
         return runtime
 

@@ -106,6 +106,22 @@ def held(ctx: PartitionContext, counters: dict[str, int]) -> PartitionResult | N
     return None if breach is None else PartitionResult("held", counters, held_by=breach)
 
 
+def paced(job: Job, ctx: PartitionContext, counters: dict[str, int]) -> PartitionResult | None:
+    """Wait as the throttle says before a batch; a result when the lane must not write it.
+
+    ``held`` when no window is open, a hard limit or the brake holds the lane
+    before the wait, or the brake after it (the wait's budget take reads it too);
+    ``stopped`` when the cancel token fired during the wait. None: write the batch.
+    """
+    holding = held(ctx, counters)
+    if holding is not None:
+        return holding
+    if ctx.throttle.before_batch(job.cancel):
+        return PartitionResult("stopped", counters)
+    braked = ctx.throttle.brake_hold()
+    return None if braked is None else PartitionResult("held", counters, held_by=braked)
+
+
 def control_outcome(control: StateDocument | None, job: Job, plan_token: str) -> str | None:
     """What the state's status means for a lane on this partition; None: go on."""
     if control is None:

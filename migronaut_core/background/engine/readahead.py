@@ -37,9 +37,9 @@ from migronaut_core.background.engine.partition import (
     add_counters,
     control_outcome,
     errors_of,
-    held,
     noted_ids,
     over_error_budget,
+    paced,
     settle_dead_lane_batch,
 )
 from migronaut_core.background.engine.work import BatchWork, work_for
@@ -89,11 +89,9 @@ def work_reading_ahead(
     stop = _stop_reason(job, ctx, first=True)
     if stop is not None:
         return PartitionResult(stop, counters)
-    holding = held(ctx, counters)
-    if holding is not None:
-        return holding
-    if _wait_for_throttle(job, ctx) is not None:
-        return PartitionResult("stopped", counters)
+    waited = paced(job, ctx, counters)
+    if waited is not None:
+        return waited
     at_least = len(noted_ids(ctx)) if settle else 0
     batch = _read(job, ctx, collection, work, dict(cursor), at_least=at_least)
     if settle:
@@ -142,11 +140,10 @@ def work_reading_ahead(
                 return PartitionResult("exhausted", counters)
             if stop is not None:
                 return PartitionResult(stop, counters)
-            holding = held(ctx, counters)
-            stop = None if holding is not None else _wait_for_throttle(job, ctx)
-            if holding is not None or stop is not None:
+            waited = paced(job, ctx, counters)
+            if waited is not None:
                 store.leases.settle_inflight(ctx.lease, migrated=0)
-                return holding or PartitionResult("stopped", counters)
+                return waited
             batch = ahead
 
 
@@ -157,10 +154,6 @@ def _stop_reason(job: Job, ctx: PartitionContext, *, first: bool) -> str | None:
     if not first and monotonic() >= ctx.deadline:
         return "yielded"
     return control_outcome(ctx.read_control(), job, ctx.partition["plan"])
-
-
-def _wait_for_throttle(job: Job, ctx: PartitionContext) -> str | None:
-    return "stopped" if ctx.throttle.before_batch(job.cancel) else None
 
 
 def _read(

@@ -3,7 +3,8 @@
 The loop every lane runs between claiming a partition and releasing it: it reads
 the state's status before each batch (a pause or cancel stops the lane within one
 batch), stops as well while a server health signal is past its hard limit
-(``held``), waits as the throttle says, then runs one plain batch (a Python or an
+(``held``; the target's brake too), waits as the throttle says (the target's
+write budget among it), then runs one plain batch (a Python or an
 update-pipeline one, :mod:`.work`), one transactional batch or one step, and
 judges the document error budget.
 """
@@ -18,9 +19,9 @@ from migronaut_core.background.engine.partition import (
     PartitionResult,
     add_counters,
     control_outcome,
-    held,
     noted_ids,
     over_error_budget,
+    paced,
     settle_dead_lane_batch,
 )
 from migronaut_core.background.engine.readahead import reads_ahead, work_reading_ahead
@@ -67,11 +68,9 @@ def process_partition(job: Job, ctx: PartitionContext, store: BackgroundStore) -
         stop = control_outcome(ctx.read_control(), job, plan_token)
         if stop is not None:
             return PartitionResult(stop, counters)
-        holding = held(ctx, counters)
-        if holding is not None:
-            return holding
-        if ctx.throttle.before_batch(job.cancel):
-            return PartitionResult("stopped", counters)
+        waited = paced(job, ctx, counters)
+        if waited is not None:
+            return waited
         batch_size = ctx.throttle.next_batch_size()
         started = monotonic()
         try:

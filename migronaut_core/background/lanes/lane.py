@@ -18,12 +18,14 @@ A slice answers with an outcome:
 - ``stopped`` — the caller's cancel token fired;
 - ``lost`` — the lease was reaped or unlocked under us; nothing more was written;
 - ``held`` — no maintenance window is open (``held_until``: when the next one
-  opens), or a MongoDB health signal is past its hard limit (``held_by``: which,
-  its reading and the limit): the lane stopped at a batch boundary, released its
-  partition (or claimed none), and the state's ``hold`` (its ``reason``:
-  ``window`` or ``health``) says so to every status reader; try again after
-  ``retry_after_ms``. The first lane to find a window open and every signal
-  within its hard limit again removes the hold.
+  opens), the target's brake is on, or a MongoDB health signal is past its hard
+  limit (``held_by``: which, its reading and the limit; ``brake`` for the brake,
+  :mod:`~migronaut_core.background.throttle.budget`): the lane stopped at a
+  batch boundary, released its partition (or claimed none), and the state's
+  ``hold`` (its ``reason``: ``window``, ``brake`` or ``health``) says so to every
+  status reader; try again after ``retry_after_ms``. The first lane to find a
+  window open, the brake off and every signal within its hard limit again
+  removes the hold.
 
 Every event a lane emits (``background:slice:start``, ``batch``, ``throttle``,
 ``slice:end``, ``lease:lost``, and ``failed`` when its partition fails the
@@ -42,6 +44,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal, cast, get_args
@@ -76,6 +79,7 @@ from migronaut_core.background.telemetry import (
     AttributeValue,
 )
 from migronaut_core.background.throttle import (
+    BRAKE_SIGNAL,
     HealthBreach,
     HealthReading,
     Throttle,
@@ -305,13 +309,9 @@ def run_slice(
             return SliceResult("stopped", counters)
         if worked and monotonic() >= deadline:
             return SliceResult("yielded", counters)
-        closed = window_state(rt.windows_of(job.spec), rt.wall_clock())
-        if not closed.open:
-            return _hold_for_window(rt, state, closed.opens_at, counters)
-        reading = _health_reading(rt, job)
-        breach = _hard_breach(job, reading)
-        if breach is not None:
-            return _hold(rt, state, breach, reading, counters)
+        holding = _holding(rt, job, state, counters)
+        if holding is not None:
+            return holding
         _release_hold(rt, state)
         claim = rt.store.leases.claim(
             name,
@@ -346,11 +346,35 @@ def run_slice(
             return SliceResult("failed", counters, error=message)
         if result.outcome != "exhausted":
             rt.store.leases.release(claim.lease)
-            if result.outcome == "held" and result.held_by is not None:
-                return _hold(rt, state, result.held_by, _health_reading(rt, job), counters)
             if result.outcome == "held":
-                return _hold_for_window(rt, state, result.held_until, counters)
+                return _held_by_result(rt, job, state, result, counters)
             return SliceResult(_as_slice_outcome(result.outcome), counters)
+
+
+def _holding(
+    rt: Runtime, job: Job, state: StateDocument, counters: dict[str, int]
+) -> SliceResult | None:
+    """A ``held`` answer when no window is open, the brake is on or a health signal is
+    past its hard limit (in that order); None: the lane may claim."""
+    closed = window_state(rt.windows_of(job.spec), rt.wall_clock())
+    if not closed.open:
+        return _hold_for_window(rt, state, closed.opens_at, counters)
+    if (brake := rt.budget.brake()) is not None:
+        return _hold_for_brake(rt, state, brake, counters)
+    reading = _health_reading(rt, job)
+    breach = _hard_breach(job, reading)
+    return None if breach is None else _hold(rt, state, breach, reading, counters)
+
+
+def _held_by_result(
+    rt: Runtime, job: Job, state: StateDocument, result: PartitionResult, counters: dict[str, int]
+) -> SliceResult:
+    """The hold a partition's ``held`` outcome names, recorded on the state."""
+    if result.held_by is not None and result.held_by.signal == BRAKE_SIGNAL:
+        return _hold_for_brake(rt, state, rt.budget.brake() or {}, counters)
+    if result.held_by is not None:
+        return _hold(rt, state, result.held_by, _health_reading(rt, job), counters)
+    return _hold_for_window(rt, state, result.held_until, counters)
 
 
 def _not_claimable(
@@ -458,6 +482,35 @@ def _hold_for_window(
     wait_ms = (until - rt.wall_clock()).total_seconds() * 1000
     retry_ms = int(min(WINDOW_RETRY_MAX_MS, max(HOLD_RETRY_MS, wait_ms)))
     return SliceResult("held", counters, retry_after_ms=retry_ms, held_until=until)
+
+
+def _hold_for_brake(
+    rt: Runtime, state: StateDocument, brake: Mapping[str, object], counters: dict[str, int]
+) -> SliceResult:
+    """Hold the lane while the target's brake is on, and say so on the state.
+
+    The hold carries no ``until`` (a stall watch would trust it that long): it is
+    current while held lanes confirm it, and the brake's own ``until`` is the
+    brake's (``brake-status``).
+    """
+    name = state["_id"]
+    now = utc_now()
+    hold: HoldDocument = {
+        "reason": "brake",
+        "signal": BRAKE_SIGNAL,
+        "since": _hold_since(state, "brake", BRAKE_SIGNAL, now),
+        "at": now,
+    }
+    if _record_hold(rt, state, hold):
+        log.warning("%s: lanes hold: the target's brake is on (%s)", name, brake.get("reason"))
+        rt.emit("background:throttle", {"migration": name, "reason": "held", "signal": "brake"})
+    rt.telemetry.hold_observed(name, held=True, reason="brake")
+    return SliceResult(
+        "held",
+        counters,
+        retry_after_ms=HOLD_RETRY_MS,
+        held_by=HealthBreach(BRAKE_SIGNAL, "hard", True, True),
+    )
 
 
 def _hold_since(state: StateDocument, reason: str, signal: str | None, now: datetime) -> datetime:
@@ -617,6 +670,7 @@ def _work(held: SliceContext) -> PartitionResult:
         client=rt.client,
         warn=rt.warn_once,
         telemetry=rt.telemetry,
+        budget=rt.budget,
         windows=rt.windows_of(job.spec),
         wall_clock=rt.wall_clock,
     )

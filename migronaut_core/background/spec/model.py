@@ -320,6 +320,8 @@ class BackgroundSpec:
     batch_size: int = 500
     max_parallel: int = 4
     slice_ms: int = 30_000
+    #: This migration's weight in the target's write budget (``background_budget``).
+    priority: int = 1
     max_passes: int = 5
     max_conflict_retries: int = 3
     max_document_errors: int = 0
@@ -375,6 +377,7 @@ class BackgroundSpec:
             "batch_size": self.batch_size,
             "max_parallel": self.max_parallel,
             "slice_ms": self.slice_ms,
+            "priority": self.priority,
             "max_passes": self.max_passes,
             "max_conflict_retries": self.max_conflict_retries,
             "max_document_errors": self.max_document_errors,

@@ -65,6 +65,8 @@ from migronaut_core.errors import ConfigInvalidError
 from migronaut_core.windows import Window, WindowError, parse_windows
 
 _SLICE_MS: Final = (100, 3_600_000)
+#: The largest ``priority``: a migration's weight in the target's write budget.
+MAX_PRIORITY: Final = 1_000
 _FILTER_CODEC: Final[CodecOptions[dict[str, Any]]] = CodecOptions(
     uuid_representation=UuidRepresentation.STANDARD
 )
@@ -291,6 +293,7 @@ _FILE_KEYS: Final[Mapping[str, _Key]] = {
     "batch_size": _Key(_integer(1, 10_000)),
     "max_parallel": _Key(_integer(1, 64), 4),
     "slice_ms": _Key(_integer(*_SLICE_MS), 30_000),
+    "priority": _Key(_integer(1, MAX_PRIORITY), 1),
     "max_passes": _Key(_integer(1, 100), 5),
     "max_conflict_retries": _Key(_integer(0, 20), 3),
     "max_document_errors": _Key(_integer(0), 0),
@@ -393,6 +396,7 @@ def _assemble(
         batch_size=batch_size,
         max_parallel=values["max_parallel"],
         slice_ms=values["slice_ms"],
+        priority=values["priority"],
         max_passes=values["max_passes"],
         max_conflict_retries=values["max_conflict_retries"],
         max_document_errors=values["max_document_errors"],

@@ -11,6 +11,8 @@
 - :mod:`.drift_events`: where the event-driven drift triggers resume their streams;
 - :mod:`.lanes`: the reads Airflow's lanes sensor and its trigger wait on (sync and async);
 - :mod:`.stalls`: the stall watch's reads of running migrations and what it signalled;
+- :mod:`.budget`: the target's write budget (one bucket on the server's clock)
+  and its brake;
 - :mod:`.journal`: the undo journal, before-images of documents a migration with
   ``undo = "journal"`` rewrote (a TTL index expires them);
 - :mod:`.documents`: the shapes of the documents it keeps (``StateDocument``,
@@ -27,8 +29,11 @@ from __future__ import annotations
 
 from pymongo.database import Database
 
+from migronaut_core.background.store.budget import BudgetStore, Grant
 from migronaut_core.background.store.converge_log import ConvergeAction, ConvergeLog
 from migronaut_core.background.store.documents import (
+    BrakeDocument,
+    BrakeLogDocument,
     ControlMark,
     ConvergeLogDocument,
     CoordinatorMark,
@@ -100,6 +105,8 @@ class BackgroundStore:
         self.partitions = PartitionDocuments(db, names, self.states)
         #: The leases lanes hold on partitions, and every write fenced by one.
         self.leases = Leases(db, names)
+        #: The target's write budget and brake (one document for every migration).
+        self.budget = BudgetStore(db, names)
         #: The before-images of journaling migrations, for ``background undo``.
         self.journal = UndoJournal(db, names.undo)
 
@@ -138,6 +145,9 @@ __all__ = [
     "WATCH_COUNTERS",
     "BackgroundStore",
     "BeforeImage",
+    "BrakeDocument",
+    "BrakeLogDocument",
+    "BudgetStore",
     "Claim",
     "ControlMark",
     "ConvergeAction",
@@ -148,6 +158,7 @@ __all__ = [
     "DriftPosition",
     "Fence",
     "GenerationTotals",
+    "Grant",
     "HistoryDocument",
     "HoldDocument",
     "InflightDocument",

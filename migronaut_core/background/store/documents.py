@@ -90,7 +90,8 @@ class HoldDocument(TypedDict, total=False):
 
     ``health``: a server health signal (``signal``) past its hard limit
     (``level``, ``reading``, ``limit``). ``window``: no maintenance window is
-    open; ``until``: when the next one opens. ``since``: when this hold began;
+    open; ``until``: when the next one opens. ``brake``: the target's brake
+    (``signal`` ``brake``, no ``until``). ``since``: when this hold began;
     ``at``: when a lane last confirmed it (refreshed about every 10 s while
     lanes look). Removed by the first lane that finds nothing holding it.
     """
@@ -328,3 +329,46 @@ __all__ = [
     "WatchDocument",
     "WatchLeaderDocument",
 ]
+
+
+class BudgetMemberDocument(TypedDict):
+    """One migration's sub-bucket in the target's write budget (``budget.py``).
+
+    ``tokens`` may be negative: a lane takes its whole batch at once and waits
+    off the debt before writing.
+    """
+
+    m: str
+    w: int
+    tokens: float
+    seen: datetime
+
+
+class BrakeDocument(TypedDict, total=False):
+    """The target-wide brake: every lane holds while it is set (``budget.py``)."""
+
+    reason: Required[str]
+    at: Required[datetime]
+    until: datetime | None
+    requested_by: str
+
+
+class BrakeLogDocument(TypedDict, total=False):
+    """One entry of the brake's audit log: who set or released it, when and why."""
+
+    action: Required[str]
+    at: Required[datetime]
+    reason: str
+    until: datetime | None
+    requested_by: str
+
+
+class TargetDocument(TypedDict, total=False):
+    """The one budget document of a target (``_id`` ``"target"``): bucket and brake."""
+
+    _id: Required[str]
+    rate: int
+    at: datetime
+    members: list[BudgetMemberDocument]
+    brake: BrakeDocument | None
+    brake_log: list[BrakeLogDocument]

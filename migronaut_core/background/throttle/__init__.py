@@ -10,7 +10,9 @@ lane waits before every batch for:
   secondary is further behind the primary than that (:mod:`.lag`);
 - MongoDB's own health (``health``: flow control, majority commit lag, cache,
   tickets, oplog window; :mod:`.health`): past a soft limit a lane slows down,
-  past a hard one it stops at the batch boundary and holds.
+  past a hard one it stops at the batch boundary and holds;
+- the target's write budget (``background_budget``, shared by every process by
+  the migrations' ``priority``) and its brake (:mod:`.budget`).
 
 :mod:`.pacing` holds the :class:`Throttle` of one lane, which adds these up;
 :mod:`.registry` the controllers and lag probes the lanes of one runtime share
@@ -24,6 +26,7 @@ from migronaut_core.background.throttle.adaptive import (
     AdaptiveController,
     ThrottleChange,
 )
+from migronaut_core.background.throttle.budget import BRAKE_SIGNAL, TargetBudget
 from migronaut_core.background.throttle.health import (
     HealthBreach,
     HealthProbe,
@@ -48,6 +51,7 @@ from migronaut_core.background.throttle.pacing import (
 from migronaut_core.background.throttle.registry import ThrottleRegistry
 
 __all__ = [
+    "BRAKE_SIGNAL",
     "AdaptiveController",
     "HealthBreach",
     "HealthProbe",
@@ -56,6 +60,7 @@ __all__ = [
     "LagSource",
     "PacedJob",
     "ServerHealthProbe",
+    "TargetBudget",
     "Throttle",
     "ThrottleChange",
     "ThrottleContext",

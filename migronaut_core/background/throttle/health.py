@@ -87,6 +87,8 @@ OPLOG_MARGIN_S: Final = 300.0
 #: Where a reading comes from; each is skipped on its own when it cannot be read.
 HealthSource = Literal["server_status", "replication", "oplog"]
 Level = Literal["soft", "hard"]
+#: What a lane may hold on: a health signal, or the operator's target-wide ``brake``.
+HoldSignal = HealthSignal | Literal["brake"]
 
 #: ``serverStatus`` sections a reading does not need (they make it several times slower).
 _TRIMMED: Final = {
@@ -159,7 +161,7 @@ class HealthBreach:
     an event shows what mattered.
     """
 
-    signal: HealthSignal
+    signal: HoldSignal
     level: Level
     reading: float | bool
     limit: float | bool

@@ -22,6 +22,7 @@ from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.spec import BackgroundFunctions, BackgroundSpec, HealthSettings
 from migronaut_core.background.telemetry import NO_TELEMETRY, Telemetry
 from migronaut_core.background.throttle.adaptive import AdaptiveController, ThrottleChange
+from migronaut_core.background.throttle.budget import TargetBudget
 from migronaut_core.background.throttle.health import HealthBreach, HealthProbe, first_breach
 from migronaut_core.background.throttle.lag import LagSource
 from migronaut_core.background.throttle.registry import ThrottleRegistry
@@ -58,6 +59,8 @@ LAG_BACKOFF: Final = Backoff(first=0.25, cap=2.0)
 #: A lane without an adaptive controller waits this long before a batch while a
 #: health signal is past its soft limit (the controller's first back-off).
 SOFT_HEALTH_PAUSE_MS: Final = 100
+#: A wait for the budget at least this long is counted (``throttled``, reason ``budget``).
+BUDGET_COUNTED_WAIT_S: Final = 0.01
 #: What a throttle warns about: the user's function raised, or returned no number.
 _WARNINGS: Final = ("raised", "value")
 
@@ -141,6 +144,10 @@ class Throttle:
     telemetry: Telemetry = NO_TELEMETRY
     health: HealthSettings | None = None
     health_probe: HealthProbe | None = None
+    #: The target's write budget and brake (``background_budget``, ``brake``).
+    budget: TargetBudget | None = None
+    #: This migration's weight in the budget (the spec's ``priority``).
+    priority: int = 1
     windows: tuple[Window, ...] = ()
     wall_clock: Callable[[], datetime] = utc_now
     #: How many lanes share a docs-per-second window's rate (the spec's ``max_parallel``).
@@ -162,6 +169,7 @@ class Throttle:
         client: MongoClient[Any] | None,
         warn: Warn,
         telemetry: Telemetry = NO_TELEMETRY,
+        budget: TargetBudget | None = None,
         windows: tuple[Window, ...] = (),
         wall_clock: Callable[[], datetime] = utc_now,
     ) -> Throttle:
@@ -174,7 +182,9 @@ class Throttle:
         the health probe (when ``health`` is on), all from ``registry``; its
         warnings go to ``warn``, its changes and waits to ``telemetry``.
         ``windows`` (the ones the lane keeps: the spec's, else the target's)
-        are judged on ``wall_clock``.
+        are judged on ``wall_clock``. With ``budget``, each batch takes its size
+        from the target's budget (weighted by the spec's ``priority``) and the
+        brake holds the lane.
         """
         spec = job.spec
         group = partition.get("group")
@@ -198,6 +208,8 @@ class Throttle:
             health_probe=(
                 registry.health_probe(client) if health_on and client is not None else None
             ),
+            budget=budget,
+            priority=spec.priority,
             windows=windows,
             wall_clock=wall_clock,
             lanes=spec.max_parallel,
@@ -224,9 +236,19 @@ class Throttle:
             return True
         if self._slow_for_health(cancel):
             return True
-        stopped = self._wait_for_lag(cancel)
+        stopped = self._wait_for_lag(cancel) or self._take_budget(cancel)
         self._batch_started = monotonic()
         return stopped
+
+    def _take_budget(self, cancel: CancelToken) -> bool:
+        """Take the next batch from the target's budget, waiting off a debt; True: cancelled."""
+        if self.budget is None or self.budget.rate is None:
+            return False
+        started = monotonic()
+        cancelled = self.budget.take(self.migration, self.priority, self.next_batch_size(), cancel)
+        if monotonic() - started >= BUDGET_COUNTED_WAIT_S:
+            self.telemetry.throttled(self.migration, "budget", shard=self.group)
+        return cancelled
 
     def window_hold(self) -> WindowState | None:
         """Where the clock stands when no maintenance window is open (with ``opens_at``),
@@ -256,6 +278,8 @@ class Throttle:
         releases its partition and holds until the signal clears. The reading
         is the probe's cached one, so asking before every batch costs nothing.
         """
+        if (braked := self.brake_hold()) is not None:
+            return braked
         if self.health is None or self.health_probe is None:
             return None
         reading = self.health_probe.read(self.warn)
@@ -265,6 +289,17 @@ class Throttle:
             self.telemetry.throttled(self.migration, "health", shard=self.group)
         self.held_by = breach
         return breach
+
+    def brake_hold(self) -> HealthBreach | None:
+        """The target's brake as a hold (signal ``brake``, kept in ``held_by``), or None.
+
+        Its reading is at most a second old (a budget take refreshes it), so
+        asking after the budget's wait as well as before costs nothing.
+        """
+        braked = None if self.budget is None else self.budget.brake_breach()
+        if braked is not None:
+            self.held_by = braked
+        return braked
 
     def _slow_for_health(self, cancel: CancelToken) -> bool:
         """Slow down while a signal is past its soft limit; True when ``cancel`` fired."""

@@ -506,6 +506,8 @@ def test_the_openapi_schema_lists_the_routes(airflow: Airflow) -> None:
         "/api/migrations/{name}",
         "/api/migrations/{name}/failed",
         "/api/migrations/{name}/actions/{action}",
+        "/api/brake",
+        "/api/brake/release",
     }
     act = schema["paths"]["/api/migrations/{name}/actions/{action}"]["post"]
     assert {"400", "401", "403", "404", "409"} <= set(act["responses"])
