@@ -83,9 +83,7 @@ def history(kit: Migronaut, args: argparse.Namespace) -> int:
     for entry in entries:
         moved = f"{entry.get('from') or '-'} -> {entry['to']}" if entry.get("to") else ""
         who = f"by {entry['by']}" if entry.get("by") else ""
-        why = f"({entry['reason']})" if entry.get("reason") else ""
-        line = " ".join(part for part in (moved, who, why) if part)
-        print(f"{entry.get('at') or '-'}  {entry.get('action', '?'):<8} {line}")
+        print(_log_line(entry.get("at"), entry.get("action", "?"), moved, who, _why(entry)))
     return 0
 
 
@@ -363,10 +361,8 @@ def brake_status(kit: Migronaut, args: argparse.Namespace) -> int:
     print(_brake_line(view))
     for entry in entries:
         who = f"by {entry['requested_by']}" if entry.get("requested_by") else ""
-        why = f"({entry['reason']})" if entry.get("reason") else ""
         until = f"until {entry['until']}" if entry.get("until") else ""
-        line = " ".join(part for part in (who, why, until) if part)
-        print(f"{entry['at']}  {entry['action']:<8} {line}")
+        print(_log_line(entry["at"], entry["action"], who, _why(entry), until))
     return 0
 
 
@@ -468,3 +464,12 @@ def _watch_status_line(view: dict[str, Any]) -> str:
     if view.get("last_error"):
         line += f"; last error: {view['last_error']}"
     return line
+
+
+def _why(entry: dict[str, Any]) -> str:
+    return f"({entry['reason']})" if entry.get("reason") else ""
+
+
+def _log_line(at: object, action: object, *parts: str) -> str:
+    """One line of a log (a control history, the brake's): when, what, and what is said."""
+    return f"{at or '-'}  {action!s:<8} " + " ".join(part for part in parts if part)
