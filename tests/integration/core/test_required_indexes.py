@@ -34,6 +34,13 @@ OWN_INDEXES = [
     },
     {"collection": "migronaut_background", "key": [["status", 1]]},
     {"collection": "migronaut_background", "key": [["requires", 1], ["status", 1]]},
+    # The undo journal's: counted by migration, old entries expired by a TTL index.
+    {"collection": "migronaut_background_undo", "key": [["migration", 1]]},
+    {
+        "collection": "migronaut_background_undo",
+        "key": [["expires_at", 1]],
+        "expire_after_seconds": 0,
+    },
 ]
 
 
@@ -46,6 +53,8 @@ def _create_as_an_admin_would(db: Database[dict[str, Any]], missing: list[dict[s
         options: dict[str, Any] = {"unique": True} if index.get("unique") else {}
         if "partial" in index:
             options["partialFilterExpression"] = index["partial"]
+        if "expire_after_seconds" in index:
+            options["expireAfterSeconds"] = index["expire_after_seconds"]
         db[index["collection"]].create_index(
             [(field, direction) for field, direction in index["key"]], **options
         )
