@@ -79,3 +79,16 @@ def run_one_task(module: str, class_name: str, **arguments: Any) -> Any:
         return runpy.run_path(str(dag_file))["dag"].test()
     finally:
         dag_file.unlink(missing_ok=True)
+
+
+def sync_dags_to_airflow() -> None:
+    """Parse the dags folder into the metadata DB, as the DAG processor would."""
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.dagbag import BundleDagBag, sync_bag_to_db
+
+    manager = DagBundlesManager()
+    manager.sync_bundles_to_db()
+    for bundle in manager.get_all_dag_bundles():
+        bundle.initialize()
+        bag = BundleDagBag(dag_folder=bundle.path, bundle_path=bundle.path, bundle_name=bundle.name)
+        sync_bag_to_db(bag, bundle.name, bundle.version)

@@ -10,7 +10,7 @@ from pymongo.database import Database
 from migronaut_airflow.operators.background import dag_id_for
 from tests.support import kit_json
 from tests.support.background import FLAKY_NAME, fix_flaky, make_kit, seed_users, write_flaky
-from tests.support.dags import load_dags, task_states, xcom
+from tests.support.dags import load_dags, sync_dags_to_airflow, task_states, xcom
 
 FLAKY_DAG = dag_id_for(FLAKY_NAME)
 FAILING = [n for n in range(200) if n % 10 == 3]
@@ -30,6 +30,7 @@ def test_a_failed_only_retry_through_the_control_dag_runs_on_the_migrations_dag(
         kit.background.control(FLAKY_NAME, "repin")
     migrated = {doc["_id"]: doc for doc in db.users.find({"_v": 2})}
     dags = load_dags()
+    sync_dags_to_airflow()  # the migration's DAG in the DB, for the control DAG to start
 
     refused = dags["migronaut_control"].test(
         run_conf={"migration": FLAKY_NAME, "action": "resume", "failed_only": True}

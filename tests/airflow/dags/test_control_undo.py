@@ -13,7 +13,7 @@ from migronaut_airflow.dags.assets import completed_asset
 from migronaut_airflow.targets import dag_id_for
 from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
-from tests.support.dags import asset_events, load_dags, task_states, xcom
+from tests.support.dags import asset_events, load_dags, sync_dags_to_airflow, task_states, xcom
 
 pytestmark = pytest.mark.airflow
 
@@ -32,6 +32,7 @@ def test_the_control_dag_starts_an_undo_that_the_migrations_dag_runs(
         kit.background.run(SPLIT_NAME, concurrency=2)
     db.users.update_one({"_id": 3}, {"$set": {"first": "App"}, "$inc": {"rev": 1}})
     dags = load_dags()
+    sync_dags_to_airflow()  # the migration's DAG in the DB, for the control DAG to start
     announced = asset_events(completed_asset(SPLIT_NAME).uri)  # this session's, so far
 
     run = dags["migronaut_control"].test(

@@ -24,6 +24,7 @@ from migronaut_airflow.operators.background import dag_id_for
 from migronaut_core.files import file_checksum
 from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, write_background
+from tests.support.dags import sync_dags_to_airflow
 from tests.support.ui import UI, Airflow, signed_in_app
 
 SENTINEL = "Zq9SentinelValue"
@@ -366,19 +367,6 @@ def test_an_editor_pauses_and_resumes(airflow: Airflow, running: str, db: Databa
         ("migronaut_pause", "editor", entry("twice", "unchanged", "paused")),
         ("migronaut_resume", "editor", entry("latency is back to normal", "changed", "running")),
     ]
-
-
-def sync_dags_to_airflow() -> None:
-    """Parse the dags folder into the metadata DB, as the DAG processor would."""
-    from airflow.dag_processing.bundles.manager import DagBundlesManager
-    from airflow.dag_processing.dagbag import BundleDagBag, sync_bag_to_db
-
-    manager = DagBundlesManager()
-    manager.sync_bundles_to_db()
-    for bundle in manager.get_all_dag_bundles():
-        bundle.initialize()
-        bag = BundleDagBag(dag_folder=bundle.path, bundle_path=bundle.path, bundle_name=bundle.name)
-        sync_bag_to_db(bag, bundle.name, bundle.version)
 
 
 def test_resume_starts_the_migration_dag(airflow: Airflow, running: str) -> None:
