@@ -10,10 +10,11 @@ this one, so clock skew between machines cannot let two holders write.
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 
 import pendulum
 
-__all__ = ["elapsed_ms", "epoch_seconds", "monotonic", "utc_now"]
+__all__ = ["aware", "elapsed_ms", "epoch_seconds", "monotonic", "utc_now"]
 
 
 def utc_now() -> pendulum.DateTime:
@@ -34,3 +35,8 @@ def elapsed_ms(started: float) -> float:
 def epoch_seconds() -> float:
     """Seconds since the Unix epoch, as a number (a document error's ``at_epoch``)."""
     return time.time()
+
+
+def aware(value: datetime) -> datetime:
+    """``value`` with its time zone: a naive one (read by a client without ``tz_aware``) is UTC."""
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)

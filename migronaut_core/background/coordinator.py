@@ -47,7 +47,6 @@ from migronaut_core.background.store import (
     MAX_BAD_IDS,
     MAX_DOC_ERRORS,
     StateDocument,
-    aware,
     newer_schema,
 )
 from migronaut_core.background.telemetry import (
@@ -60,7 +59,7 @@ from migronaut_core.background.telemetry import (
 )
 from migronaut_core.background.validator import SoakStep, begin, soak
 from migronaut_core.bson_values import canonical_id_key
-from migronaut_core.clock import utc_now
+from migronaut_core.clock import aware, utc_now
 from migronaut_core.errors import (
     ChecksumMismatchError,
     LockAlreadyHeldError,

@@ -34,6 +34,7 @@ from typing import Any, Final, Literal, TypeAlias
 
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.lanes.waiting import UNREGISTERED
+from migronaut_core.background.states import TERMINAL
 from migronaut_core.background.store.gate import GateSnapshot
 from migronaut_core.checks import choices
 from migronaut_core.clock import elapsed_ms, monotonic
@@ -56,7 +57,7 @@ MILESTONES: Final[tuple[str, ...]] = choices(Milestone)
 #: How a wait ended: the milestone reached, the migration ended short of it, or time up.
 WaitOutcome: TypeAlias = Literal["reached", "ended", "timed-out"]
 
-_ENDED: Final = frozenset({"failed", "cancelled"})
+_ENDED: Final = TERMINAL - {"completed"}
 #: The verdict's ``status`` for a migration being (or done being) reverted.
 REVERTED: Final = "reverted"
 

@@ -23,9 +23,9 @@ from pymongo.errors import PyMongoError
 
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.states import STATUSES
-from migronaut_core.background.store import aware
 from migronaut_core.background.telemetry import MigrationReadings
 from migronaut_core.background.views import BackgroundStatusView, read_status
+from migronaut_core.clock import aware
 
 __all__ = ["LANE_REPORT_EVERY_S", "publish_status", "readings_of"]
 

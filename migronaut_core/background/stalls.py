@@ -28,14 +28,13 @@ from typing import Any
 from pymongo.asynchronous.database import AsyncDatabase
 
 from migronaut_core.background.coordinator import STALL_SECONDS, last_activity
-from migronaut_core.background.store import aware
 from migronaut_core.background.store.stalls import (
     StallEvidence,
     note_stall_signal_async,
     read_stall_evidence_async,
 )
 from migronaut_core.checks import check_number
-from migronaut_core.clock import utc_now
+from migronaut_core.clock import aware, utc_now
 from migronaut_core.config import BackgroundCollections
 
 __all__ = ["StallSignal", "StallWatchSettings", "next_stall_signal", "stall_watch_settings"]

@@ -39,9 +39,9 @@ from migronaut_core.background.indexes import probe_query
 from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.spec import BackgroundSpec
 from migronaut_core.background.states import ValidatorAction, validator_move
-from migronaut_core.background.store import StateDocument, ValidatorDocument, aware
+from migronaut_core.background.store import StateDocument, ValidatorDocument
 from migronaut_core.bson_values import clone_document
-from migronaut_core.clock import utc_now
+from migronaut_core.clock import aware, utc_now
 from migronaut_core.errors import PrivilegeMissingError
 from migronaut_core.server_errors import is_unauthorized
 

@@ -20,10 +20,10 @@ from migronaut_core.background.store import (
     WATCH_COUNTERS,
     ConvergeLogDocument,
     WatchStatusRow,
-    aware,
     resume_position,
 )
 from migronaut_core.bson_values import json_safe
+from migronaut_core.clock import aware
 from migronaut_core.json_shape import json_field, to_json_dict
 
 __all__ = [

@@ -21,7 +21,7 @@ from migronaut_core.background.runtime import Runtime
 from migronaut_core.background.store import BrakeDocument, BrakeLogDocument
 from migronaut_core.background.throttle.budget import brake_ended
 from migronaut_core.changelog import Actor
-from migronaut_core.clock import utc_now
+from migronaut_core.clock import aware, utc_now
 from migronaut_core.errors import ConfigInvalidError
 from migronaut_core.json_shape import json_field, to_json_dict
 
@@ -163,7 +163,7 @@ def brake_log(rt: Runtime) -> list[BrakeLogEntry]:
     return [
         BrakeLogEntry(
             action=entry["action"],
-            at=_utc(entry["at"]),
+            at=aware(entry["at"]),
             reason=entry.get("reason"),
             requested_by=entry.get("requested_by"),
             until=_utc_or_none(entry.get("until")),
@@ -177,17 +177,13 @@ def _view(doc: BrakeDocument, now: datetime) -> BrakeView:
         on=not brake_ended(doc, now),
         reason=doc["reason"],
         requested_by=doc.get("requested_by"),
-        at=_utc(doc["at"]),
+        at=aware(doc["at"]),
         until=_utc_or_none(doc.get("until")),
     )
 
 
-def _utc(value: datetime) -> datetime:
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
 def _utc_or_none(value: datetime | None) -> datetime | None:
-    return None if value is None else _utc(value)
+    return None if value is None else aware(value)
 
 
 def _json_of(doc: Mapping[str, Any]) -> dict[str, Any]:

@@ -83,7 +83,6 @@ from migronaut_core.background.store.watch import (
     Fence,
     WatchStatusRow,
     WatchStore,
-    aware,
     resume_position,
 )
 from migronaut_core.config import BackgroundCollections
@@ -179,7 +178,6 @@ __all__ = [
     "WatchLeaderDocument",
     "WatchStatusRow",
     "WatchStore",
-    "aware",
     "clear_drift_position_async",
     "collection_states_async",
     "live_leases_filter",

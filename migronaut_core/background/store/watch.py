@@ -19,6 +19,7 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 
 from migronaut_core.background.store.documents import WatchDocument
+from migronaut_core.clock import aware
 
 Document = dict[str, Any]
 
@@ -192,8 +193,3 @@ def resume_position(row: WatchStatusRow) -> tuple[datetime | None, float | None]
     if at is not None and isinstance(now, datetime):
         lag = round(max(0.0, (aware(now) - at).total_seconds()), 1)
     return at, lag
-
-
-def aware(value: datetime) -> datetime:
-    """``value`` with its time zone: a naive one (a client without ``tz_aware``) is UTC."""
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)

@@ -23,12 +23,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Final, Protocol
 
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.throttle.health import HealthBreach
-from migronaut_core.clock import monotonic, utc_now
+from migronaut_core.clock import aware, monotonic, utc_now
 
 __all__ = [
     "BRAKE_LOOK_S",
@@ -77,7 +77,7 @@ def brake_ended(brake: Brake, now: datetime) -> bool:
     until = brake.get("until")
     if not isinstance(until, datetime):
         return False
-    return (until if until.tzinfo is not None else until.replace(tzinfo=UTC)) <= now
+    return aware(until) <= now
 
 
 class TargetBudget:

@@ -47,7 +47,7 @@ from migronaut_core.background.spec import (
     HealthSignal,
 )
 from migronaut_core.background.warn_once import Warn, WarnOnce
-from migronaut_core.clock import monotonic
+from migronaut_core.clock import aware, monotonic
 from migronaut_core.json_shape import to_json_dict
 from migronaut_core.server_errors import is_unauthorized, replication_unavailable
 
@@ -427,7 +427,7 @@ def _entry_time(entry: Mapping[str, Any]) -> datetime | None:
 def _utc(value: Any) -> datetime | None:
     if not isinstance(value, datetime):
         return None
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    return aware(value)
 
 
 def _number(value: Any) -> float | None:
