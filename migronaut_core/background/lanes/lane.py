@@ -79,6 +79,7 @@ from migronaut_core.background.telemetry import (
     AttributeValue,
 )
 from migronaut_core.background.throttle import (
+    BRAKE_BREACH,
     BRAKE_SIGNAL,
     HealthBreach,
     HealthReading,
@@ -509,7 +510,7 @@ def _hold_for_brake(
         "held",
         counters,
         retry_after_ms=HOLD_RETRY_MS,
-        held_by=HealthBreach(BRAKE_SIGNAL, "hard", True, True),
+        held_by=BRAKE_BREACH,
     )
 
 

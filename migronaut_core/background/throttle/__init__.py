@@ -26,7 +26,7 @@ from migronaut_core.background.throttle.adaptive import (
     AdaptiveController,
     ThrottleChange,
 )
-from migronaut_core.background.throttle.budget import BRAKE_SIGNAL, TargetBudget
+from migronaut_core.background.throttle.budget import BRAKE_BREACH, BRAKE_SIGNAL, TargetBudget
 from migronaut_core.background.throttle.health import (
     HealthBreach,
     HealthProbe,
@@ -51,6 +51,7 @@ from migronaut_core.background.throttle.pacing import (
 from migronaut_core.background.throttle.registry import ThrottleRegistry
 
 __all__ = [
+    "BRAKE_BREACH",
     "BRAKE_SIGNAL",
     "AdaptiveController",
     "HealthBreach",

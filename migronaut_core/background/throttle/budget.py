@@ -31,6 +31,7 @@ from migronaut_core.background.throttle.health import HealthBreach
 from migronaut_core.clock import aware, monotonic, utc_now
 
 __all__ = [
+    "BRAKE_BREACH",
     "BRAKE_LOOK_S",
     "BRAKE_SIGNAL",
     "MAX_BUDGET_WAIT_S",
@@ -46,6 +47,8 @@ log = logging.getLogger(__name__)
 BRAKE_LOOK_S: Final = 1.0
 #: The signal a braked lane holds on (``hold.signal``, ``held_by.signal``).
 BRAKE_SIGNAL: Final = "brake"
+#: The brake as a hold's breach: a lane held by it answers this as its ``held_by``.
+BRAKE_BREACH: Final = HealthBreach(BRAKE_SIGNAL, "hard", True, True)
 #: A debt is waited off in steps of at most this long (the brake is looked at between).
 MAX_BUDGET_WAIT_S: Final = 5.0
 
@@ -138,7 +141,7 @@ class TargetBudget:
         """The brake as a hold (signal ``brake``), or None when it is off."""
         if self.brake() is None:
             return None
-        return HealthBreach(BRAKE_SIGNAL, "hard", True, True)
+        return BRAKE_BREACH
 
     def _seen(self, brake: Brake | None) -> None:
         with self._lock:
