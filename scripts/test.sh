@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Set everything up and run the whole test suite: lint, types, import contracts, then
 # unit, integration, Airflow (standalone and the Celery cluster), chaos and packaging tests,
-# and, after them, the Airflow tests that need no standalone on the oldest Airflow the
-# provider declares (scripts/compat.sh). Extra arguments go to pytest (e.g.
+# and, in the suite's tail, the Airflow tests that need no standalone on the oldest Airflow
+# the provider declares (scripts/compat.sh). Extra arguments go to pytest (e.g.
 # `bash scripts/test.sh -k lock`) and skip the compatibility run.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
@@ -30,15 +30,28 @@ echo "==> import contracts (lint-imports)"
 # worker; the Airflow standalone tests share one worker, the Celery-cluster tests another,
 # and both go first (tests/conftest.py). MIGRONAUT_TEST_WORKERS=0 runs in this process.
 workers="${MIGRONAUT_TEST_WORKERS:-3}"
-echo "==> pytest ($workers workers)"
-suite=0
-"$VENV/bin/pytest" -n "$workers" --no-loadscope-reorder "$@" || suite=$?
-# The compatibility run follows the suite: beside three busy workers, Airflow 3.2's
-# in-process task runs (dag.test) starve past their time limits.
-if [ "$#" -eq 0 ]; then
-  echo "==> the Airflow tests on the oldest Airflow the provider declares (scripts/compat.sh)"
-  compat=0
-  bash "$ROOT/scripts/compat.sh" || compat=$?
-  if [ "$suite" -eq 0 ] && [ "$compat" -ne 0 ]; then suite=$compat; fi
+if [ "$#" -ne 0 ]; then
+  echo "==> pytest ($workers workers)"
+  exec "$VENV/bin/pytest" -n "$workers" --no-loadscope-reorder "$@"
 fi
+
+# The compatibility run (scripts/compat.sh) starts in the suite's tail: once every work
+# unit is handed out and at most one worker is still busy (the scheduler in
+# tests/conftest.py creates the flag file then), usually on the long e2e chain that
+# mostly waits on Airflow. Started beside three busy workers instead, Airflow 3.2's
+# in-process task runs starve. Its output is kept apart and printed after the suite's.
+echo "==> pytest ($workers workers)"
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+MIGRONAUT_TEST_TAIL_FLAG="$scratch/tail" "$VENV/bin/pytest" -n "$workers" --no-loadscope-reorder &
+suite_pid=$!
+while kill -0 "$suite_pid" 2>/dev/null && [ ! -e "$scratch/tail" ]; do sleep 2; done
+echo "==> $(date -u +%T) the suite's tail: the Airflow tests on the oldest Airflow the provider declares start (scripts/compat.sh)"
+compat=0
+bash "$ROOT/scripts/compat.sh" >"$scratch/compat.log" 2>&1 || compat=$?
+suite=0
+wait "$suite_pid" || suite=$?
+echo "==> the compatibility run's output (scripts/compat.sh, exit $compat)"
+cat "$scratch/compat.log"
+if [ "$suite" -eq 0 ]; then suite=$compat; fi
 exit "$suite"
