@@ -57,12 +57,13 @@ from migronaut_core.background.telemetry import (
     ATTR_STATUS,
     SPAN_COORDINATE,
 )
-from migronaut_core.background.validator import SoakStep, begin, soak
+from migronaut_core.background.validator import Confirm, SoakStep, begin, soak
 from migronaut_core.bson_values import canonical_id_key
 from migronaut_core.clock import aware, utc_now
 from migronaut_core.errors import (
     ChecksumMismatchError,
     LockAlreadyHeldError,
+    LockLostError,
     MigrationFileNotFoundError,
     TransactionsUnsupportedError,
 )
@@ -225,7 +226,7 @@ def coordinate(
     lock.on_lost(lambda: step.cancel("coordinator lock lost"))
     # The span opens once the lock is held: a busy coordinator makes none.
     with lock, rt.telemetry.span(SPAN_COORDINATE, name, {ATTR_DRIVER: driver.kind}) as span:
-        answer = _step(rt, name, driver, step)
+        answer = _step(rt, name, driver, step, lock.assert_held)
         publish_status(rt, name)
         span.set(ATTR_OUTCOME, answer.next)
         span.set(ATTR_STATUS, answer.status)
@@ -234,7 +235,7 @@ def coordinate(
         return answer
 
 
-def _step(rt: Runtime, name: str, driver: Driver, cancel: CancelToken) -> Answer:
+def _step(rt: Runtime, name: str, driver: Driver, cancel: CancelToken, confirm: Confirm) -> Answer:
     state = rt.store.states.get(name)
     if state is None:
         return Answer("done", status="unregistered")
@@ -268,7 +269,7 @@ def _step(rt: Runtime, name: str, driver: Driver, cancel: CancelToken) -> Answer
     if driver.ref is not None:
         coordinator["ref"] = driver.ref
     rt.store.states.set(name, {"coordinator": coordinator, **({"round": round_} if round_ else {})})
-    answer = _coordinate_pass(rt, name, state, cancel)
+    answer = _coordinate_pass(rt, name, state, cancel, confirm)
     if round_ is None:
         return answer
     return Answer(**{**_fields(answer), "round": round_})
@@ -287,7 +288,9 @@ def _job(rt: Runtime, name: str, state: StateDocument, cancel: CancelToken) -> J
         return _retry_soon(rt, "checksum")
 
 
-def _coordinate_pass(rt: Runtime, name: str, initial: StateDocument, cancel: CancelToken) -> Answer:
+def _coordinate_pass(
+    rt: Runtime, name: str, initial: StateDocument, cancel: CancelToken, confirm: Confirm
+) -> Answer:
     state = _start_replay(rt, initial)
     job = _job(rt, name, state, cancel)
     if isinstance(job, Answer):
@@ -303,7 +306,7 @@ def _coordinate_pass(rt: Runtime, name: str, initial: StateDocument, cancel: Can
         if cancel.cancelled:
             return _retry_soon(rt, "stopping")
         if state.get("phase") == "finalize":
-            soaked = _finalizing(rt, job, state, soak)
+            soaked = _finalizing(rt, job, state, soak, confirm)
             if isinstance(soaked, Answer):
                 return soaked
             state = soaked.state
@@ -342,12 +345,12 @@ def _coordinate_pass(rt: Runtime, name: str, initial: StateDocument, cancel: Can
                 return planned
             state = planned.state
             if planned.empty:
-                closed = finalize(rt, job, state)
+                closed = finalize(rt, job, state, confirm)
                 if isinstance(closed, Answer):
                     return closed
                 state = closed.state
                 if job.replay is not None:
-                    return _after_replay(rt, name, state, cancel)
+                    return _after_replay(rt, name, state, cancel, confirm)
                 continue
         if state["status"] == "pending":
             moved = rt.store.states.move(
@@ -371,23 +374,25 @@ def _coordinate_pass(rt: Runtime, name: str, initial: StateDocument, cancel: Can
                 counts=counts.to_dict(),
                 retry_after_ms=POLL_MS,
             )
-        closed = finalize(rt, job, state)
+        closed = finalize(rt, job, state, confirm)
         if isinstance(closed, Answer):
             return closed
         state = closed.state
         if job.replay is not None:
-            return _after_replay(rt, name, state, cancel)
+            return _after_replay(rt, name, state, cancel, confirm)
     return _retry_soon(rt, "passes")
 
 
-def _after_replay(rt: Runtime, name: str, state: StateDocument, cancel: CancelToken) -> Answer:
+def _after_replay(
+    rt: Runtime, name: str, state: StateDocument, cancel: CancelToken, confirm: Confirm
+) -> Answer:
     """Go on after a failed-only retry's pass left old-shape documents besides its own
     (a migration that failed mid-pass): the next passes are ordinary ones, planned by a
     job built afresh (the retry's job matches only its documents)."""
     replay = state.get("replay")
     if replay is not None and "ids" in replay:  # not closed by this step: the next one sees
         return _retry_soon(rt, "replay")
-    return _coordinate_pass(rt, name, state, cancel)
+    return _coordinate_pass(rt, name, state, cancel, confirm)
 
 
 def _start_replay(rt: Runtime, state: StateDocument) -> StateDocument:
@@ -552,8 +557,9 @@ def _roll_up(rt: Runtime, state: StateDocument) -> StateDocument:
     return updated or rt.store.states.get(name) or state
 
 
-def finalize(rt: Runtime, job: Job, state: StateDocument) -> Answer | NextPass:
-    """Close a pass: roll its counters up, then complete, fail, or start another pass."""
+def finalize(rt: Runtime, job: Job, state: StateDocument, confirm: Confirm) -> Answer | NextPass:
+    """Close a pass: roll its counters up, then complete, fail, or start another pass
+    (``confirm`` renews the coordinator's lock before a finalize ``collMod``)."""
     name = state["_id"]
     generation = int(state["generation"])
     state = _roll_up(rt, state)
@@ -568,7 +574,7 @@ def finalize(rt: Runtime, job: Job, state: StateDocument) -> Answer | NextPass:
         # Stopped, or the coordinator lock was lost, while counting: decide nothing.
         return _retry_soon(rt, "stopping")
     if remaining == 0 and job.spec.validator is not None and job.direction == "forward":
-        soaked = _finalizing(rt, job, state, begin)
+        soaked = _finalizing(rt, job, state, begin, confirm)
         return soaked if isinstance(soaked, Answer) else NextPass(soaked.state)
     if remaining == 0:
         return _complete(rt, job, state, generation)
@@ -601,16 +607,22 @@ def _finalizing(
     rt: Runtime,
     job: Job,
     state: StateDocument,
-    step: Callable[[Runtime, BackgroundSpec, StateDocument], SoakStep],
+    step: Callable[[Runtime, BackgroundSpec, StateDocument, Confirm], SoakStep],
+    confirm: Confirm,
 ) -> Answer | NextPass:
     """One finalize step (``begin`` the soak, or ``soak``): wait, heal with a new pass, or
-    complete once the validator is enforced."""
+    complete once the validator is enforced. A lock lost before its ``collMod`` stops the
+    step as a lost lock stops any other (``stopping``): the validation is unchanged."""
     if state["status"] == "pending":
         moved = rt.store.states.move(
             state["_id"], from_statuses=sources("plan"), to="running", action="plan"
         )
         state = moved or state
-    done = step(rt, job.spec, state)
+    try:
+        done = step(rt, job.spec, state, confirm)
+    except LockLostError:
+        job.cancel.cancel("coordinator lock lost")
+        return _retry_soon(rt, "stopping")
     if done.outcome == "enforced":
         return _complete(rt, job, done.state, int(done.state["generation"]))
     if done.outcome == "heal":

@@ -11,9 +11,8 @@ end right there. :func:`unblock_dependents` is the runtime's ``on_completed``;
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from migronaut_core import files
@@ -23,7 +22,7 @@ from migronaut_core.background.loading import BackgroundFiles
 from migronaut_core.background.runtime import LoadedBackground, Runtime
 from migronaut_core.background.spec import BackgroundSpec, read_stored
 from migronaut_core.background.store import StateDocument
-from migronaut_core.background.validator import restore
+from migronaut_core.background.validator import held, restore
 from migronaut_core.config import Config
 from migronaut_core.errors import (
     BackgroundPendingError,
@@ -193,7 +192,7 @@ class RunnerHooks:
             }
         if not spec.reversible and self._rewritten(migration.name, state):
             raise _irreversible(migration.name)
-        with self._finalize_stopped(state):
+        with held(self.runtime, state):
             if state is not None:
                 restore(self.runtime, state)
             if not spec.reversible:
@@ -206,19 +205,6 @@ class RunnerHooks:
                 session=ctx.session,
             )
         return {"status": "pending", "direction": "revert", "mode": spec.mode, "waits_for": []}
-
-    @contextlib.contextmanager
-    def _finalize_stopped(self, state: StateDocument | None) -> Iterator[None]:
-        """Hold the migration's coordinator lock while a finalize validator is restored and
-        the state replaced, so no coordinator step sets the validator again in between
-        (waits up to one lock TTL for a step in progress; nothing to hold without one)."""
-        if state is None or state.get("validator") is None:
-            yield
-            return
-        lock = self.runtime.lock_for(state["_id"])
-        lock.acquire(wait_seconds=self.runtime.ttl_ms / 1000)
-        with lock:
-            yield
 
     def recorded(
         self, migration: LoadedMigration, direction: Direction, details: dict[str, Any]

@@ -20,14 +20,20 @@ of ``validator.phase`` are :func:`~migronaut_core.background.states.validator_mo
 4. ``enforce``: ``collMod`` sets ``validationAction: "error"``; the migration completes.
 
 ``down`` restores the recorded options exactly (:func:`restore`), before its revert
-is registered. A refused ``collMod`` (a missing privilege) raises
+is registered; so does a ``cancel`` of a migration that is finalizing (the control
+action, :func:`released`): a cancelled migration leaves no validator behind. Each
+``collMod`` of a step is preceded by a renewal of the coordinator's lock
+(``confirm``), so a coordinator that lost its lock mid-step (it lapsed, was taken
+over or unlocked) changes nothing. A refused ``collMod`` (a missing privilege) raises
 :class:`~migronaut_core.errors.PrivilegeMissingError` naming the action and the
 namespace; the state is then as it was before the step.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final, Literal
@@ -42,7 +48,7 @@ from migronaut_core.background.states import ValidatorAction, validator_move
 from migronaut_core.background.store import StateDocument, ValidatorDocument
 from migronaut_core.bson_values import clone_document
 from migronaut_core.clock import aware, utc_now
-from migronaut_core.errors import PrivilegeMissingError
+from migronaut_core.errors import LockLostError, PrivilegeMissingError
 from migronaut_core.server_errors import is_unauthorized
 
 log = logging.getLogger("migronaut_core.background")
@@ -55,6 +61,9 @@ SOAK_POLL_MS: Final = 5_000
 LEVEL: Final = "strict"
 
 SoakOutcome = Literal["soaking", "heal", "enforced"]
+#: Renews the coordinator's lock or raises ``LockLostError``: called right before each
+#: ``collMod``, so only the lock's holder changes the collection's validation.
+Confirm = Callable[[], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +137,7 @@ def read_validation(rt: Runtime, collection: str, *, migration: str) -> Validati
     )
 
 
-def begin(rt: Runtime, spec: BackgroundSpec, state: StateDocument) -> SoakStep:
+def begin(rt: Runtime, spec: BackgroundSpec, state: StateDocument, confirm: Confirm) -> SoakStep:
     """The last pass left no old-shape document: start (or restart) the soak.
 
     Records the previous validation (first time only), sets the validator to warn
@@ -137,6 +146,7 @@ def begin(rt: Runtime, spec: BackgroundSpec, state: StateDocument) -> SoakStep:
 
     :raises PrivilegeMissingError: ``collMod`` (or ``listCollections``) was refused;
         a validation recorded by this step is forgotten again.
+    :raises LockLostError: the coordinator's lock was lost before ``collMod``.
     """
     name, collection = state["_id"], _collection(spec)
     current = state.get("validator")
@@ -147,8 +157,8 @@ def begin(rt: Runtime, spec: BackgroundSpec, state: StateDocument) -> SoakStep:
         previous = read_validation(rt, collection, migration=name)
         state = _moved(rt, name, "record", {"previous": previous.encode()})
     try:
-        _apply(rt, collection, spec, "warn", migration=name)
-    except PrivilegeMissingError:
+        _apply(rt, collection, spec, "warn", confirm, migration=name)
+    except (PrivilegeMissingError, LockLostError):
         if recorded_now:
             rt.store.states.move_validator(name, validator_move("restore"))
         raise
@@ -168,11 +178,12 @@ def begin(rt: Runtime, spec: BackgroundSpec, state: StateDocument) -> SoakStep:
     return SoakStep("soaking", state, SOAK_POLL_MS)
 
 
-def soak(rt: Runtime, spec: BackgroundSpec, state: StateDocument) -> SoakStep:
+def soak(rt: Runtime, spec: BackgroundSpec, state: StateDocument, confirm: Confirm) -> SoakStep:
     """One soak check: count old-shape documents; heal, wait, or enforce.
 
     :raises PrivilegeMissingError: ``collMod`` was refused at the end of the soak; the
         validator stays in ``warn`` and the state as it was.
+    :raises LockLostError: the coordinator's lock was lost before ``collMod``; likewise.
     """
     name, collection = state["_id"], _collection(spec)
     validator: ValidatorDocument | None = state.get("validator")
@@ -205,7 +216,7 @@ def soak(rt: Runtime, spec: BackgroundSpec, state: StateDocument) -> SoakStep:
         moved = _moved(rt, name, "warn", {"clean_passes": clean})
         wait = SOAK_POLL_MS if clean < spec.validator_soak.passes else min(SOAK_POLL_MS, left_ms)
         return SoakStep("soaking", moved, max(1, wait))
-    _apply(rt, collection, spec, "error", migration=name)
+    _apply(rt, collection, spec, "error", confirm, migration=name)
     log.info("%s: validator enforced on %s", name, collection)
     return SoakStep("enforced", _moved(rt, name, "enforce", {"enforced_at": now}))
 
@@ -233,6 +244,38 @@ def restore(rt: Runtime, state: StateDocument) -> bool:
     rt.store.states.move_validator(state["_id"], validator_move("restore"))
     log.info("%s: validation of %s restored as it was before finalize", state["_id"], collection)
     return True
+
+
+@contextlib.contextmanager
+def held(rt: Runtime, state: StateDocument | None) -> Iterator[None]:
+    """Hold the migration's coordinator lock while a finalizing migration's state changes
+    under a coordinator's feet (``down``, ``cancel``), so no step sets the validator again
+    in between. Waits up to one lock TTL for a step in progress; a migration without a
+    validator phase needs no lock.
+
+    :raises LockAlreadyHeldError: a step held the lock past one TTL; nothing changed.
+    """
+    if state is None or state.get("validator") is None:
+        yield
+        return
+    lock = rt.lock_for(state["_id"])
+    lock.acquire(wait_seconds=rt.ttl_ms / 1000)
+    with lock:
+        yield
+
+
+@contextlib.contextmanager
+def released(rt: Runtime, state: StateDocument) -> Iterator[None]:
+    """Under the coordinator lock (:func:`held`), restore the validation a finalizing
+    migration changed, then run the caller's move (a ``cancel``'s).
+
+    :raises PrivilegeMissingError: ``collMod`` was refused; nothing changed.
+    :raises LockAlreadyHeldError: see :func:`held`.
+    """
+    with held(rt, state):
+        if state.get("validator") is not None:
+            restore(rt, state)
+        yield
 
 
 def _collection(spec: BackgroundSpec) -> str:
@@ -266,14 +309,22 @@ def _moved(
 
 
 def _apply(
-    rt: Runtime, collection: str, spec: BackgroundSpec, action: str, *, migration: str
+    rt: Runtime,
+    collection: str,
+    spec: BackgroundSpec,
+    action: str,
+    confirm: Confirm,
+    *,
+    migration: str,
 ) -> None:
     options = {
         "validator": validator_document(spec),
         "validationLevel": LEVEL,
         "validationAction": action,
     }
-    if read_validation(rt, collection, migration=migration).exists:
+    exists = read_validation(rt, collection, migration=migration).exists
+    confirm()
+    if exists:
         _coll_mod(rt, collection, options, migration=migration)
         return
     try:

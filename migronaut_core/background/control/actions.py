@@ -17,10 +17,15 @@ plans and lanes work like any pass — leased, fenced, resumable, through the
 guarded write and within the document error budget. It is refused
 (:func:`check_failed_only`) unless the migration is completed, failed or
 cancelled and has failed documents.
+
+``cancel`` of a migration finalizing with a validator restores the collection's
+validation as it was first (:func:`~migronaut_core.background.validator.released`):
+a refused ``collMod`` raises ``PrivilegeMissingError`` and nothing is cancelled.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 from collections.abc import Mapping
@@ -37,6 +42,7 @@ from migronaut_core.background.spec import Direction, match_hash, read_stored
 from migronaut_core.background.states import TERMINAL, transition
 from migronaut_core.background.store import StateDocument
 from migronaut_core.background.undo import start_undo
+from migronaut_core.background.validator import released
 from migronaut_core.changelog import Actor
 from migronaut_core.clock import monotonic, utc_now
 from migronaut_core.errors import BackgroundConflictError, ConfigInvalidError, NotAppliedError
@@ -279,16 +285,19 @@ def control(
         target, fields = _plan_move(rt, state, action, effective, move.to, from_start, who)
         if retrying is not None:
             fields.update(_replay_fields(retrying))
-        moved = rt.store.states.move(
-            name,
-            from_statuses=[state["status"]],
-            to=target,
-            action=action if effective != "reopen" else "reopen",
-            fields=fields,
-            by=who.requested_by,
-            reason=who.reason,
-            note=None if retrying is None else {"failed_only": True, "failed": len(retrying)},
-        )
+        # A cancel of a finalizing migration takes its validator back first (under the
+        # coordinator's lock): a cancelled migration enforces nothing on the collection.
+        with released(rt, state) if action == "cancel" else contextlib.nullcontext():
+            moved = rt.store.states.move(
+                name,
+                from_statuses=[state["status"]],
+                to=target,
+                action=action if effective != "reopen" else "reopen",
+                fields=fields,
+                by=who.requested_by,
+                reason=who.reason,
+                note=None if retrying is None else {"failed_only": True, "failed": len(retrying)},
+            )
         if moved is None:
             continue  # someone moved it first: judge again from what it is now
         if retrying is None:

@@ -14,7 +14,9 @@ from pymongo.database import Database
 from pymongo.errors import WriteError
 
 from migronaut_core import Migronaut
+from migronaut_core.background.validator import Validation, soak
 from migronaut_core.cli.output import print_views
+from migronaut_core.errors import LockLostError
 from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 from tests.support.validator import step, validation
@@ -235,3 +237,52 @@ def test_down_during_the_soak_waits_for_the_step_in_progress_and_no_step_sets_it
     assert kit_json.run(kit, SPLIT_NAME)["status"] == "completed"  # the revert
     assert validation(db, "users").get("validator") in (None, {})
     assert db.users.count_documents({"_v": 1, "name": {"$exists": True}}) == 30
+
+
+def test_cancel_during_the_soak_restores_the_previous_validation_and_a_retry_soaks_again(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    previous = {"validator": {"n": {"$type": "int"}}, "validationAction": "warn"}
+    db.create_collection("users", **previous)
+    seed_users(db, 30)
+    write_background(migrations, extra=VERSION)
+    kit.runs.up()
+    assert step(kit, SPLIT_NAME).reason == "validator-soak"
+    assert validation(db, "users")["validator"] == {"_v": 2}
+
+    kit.background.control(SPLIT_NAME, "cancel")
+    assert validation(db, "users") == {**previous, "validationLevel": "strict"}
+    assert (_state(db)["status"], "validator" in _state(db)) == ("cancelled", False)
+    db.users.insert_one(dict(OLD_SHAPE))  # cancelled: nothing refuses or warns on it
+
+    kit.background.control(SPLIT_NAME, "retry")
+    assert step(kit, SPLIT_NAME).reason == "validator-soak"  # healed the write, soaking again
+    assert validation(db, "users")["validationAction"] == "warn"
+    assert Validation.decode(_state(db)["validator"]["previous"]).validator == previous["validator"]
+    assert step(kit, SPLIT_NAME).reason == "validator-soak"
+    assert step(kit, SPLIT_NAME).status == "completed"
+    assert validation(db, "users")["validationAction"] == "error"
+
+
+def test_a_soak_step_whose_lock_was_taken_over_sets_nothing(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    seed_users(db, 30)
+    write_background(migrations, extra='"validator": "version", "validator_soak": {"passes": 1},')
+    kit.runs.up()
+    assert step(kit, SPLIT_NAME).reason == "validator-soak"
+    rt = kit._runtime
+    lapsed = rt.lock_for(SPLIT_NAME)  # a coordinator that stalled past its TTL mid-step
+    lapsed.acquire()
+    taker = rt.lock_for(SPLIT_NAME)
+    taker.force_release()
+    taker.acquire()
+    try:
+        with pytest.raises(LockLostError):
+            soak(rt, rt.load(SPLIT_NAME).spec, _state(db), lapsed.assert_held)
+    finally:
+        taker.release()
+    assert validation(db, "users")["validationAction"] == "warn"  # not enforced by it
+    assert _state(db)["validator"]["phase"] == "warn"
+    assert step(kit, SPLIT_NAME).status == "completed"  # the lock's holder enforces it
+    assert validation(db, "users")["validationAction"] == "error"
