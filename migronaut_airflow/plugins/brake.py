@@ -66,10 +66,11 @@ class TargetAccessDeniedError(AccessDeniedError):
 
 @dataclass(frozen=True, slots=True)
 class TargetGrant:
-    """A user allowed the brake of a target."""
+    """A user allowed the brake of a target (``can_edit``: set and release it too)."""
 
     user_name: str
     target: str
+    can_edit: bool = False
 
 
 def _may(user: BaseUser, method: ResourceMethod, target: str) -> bool:
@@ -82,14 +83,14 @@ def brake_reader(user: CurrentUser, target: TargetName = DEFAULT_TARGET) -> Targ
     """Depend on read access to the target's control DAG."""
     if not _may(user, "GET", target):
         raise TargetAccessDeniedError("read", target)
-    return TargetGrant(user_name=user.get_name(), target=target)
+    return TargetGrant(user.get_name(), target, can_edit=_may(user, "PUT", target))
 
 
 def brake_editor(user: CurrentUser, target: TargetName = DEFAULT_TARGET) -> TargetGrant:
     """Depend on edit access to the target's control DAG."""
     if not _may(user, "PUT", target):
         raise TargetAccessDeniedError("edit", target)
-    return TargetGrant(user_name=user.get_name(), target=target)
+    return TargetGrant(user.get_name(), target, can_edit=True)
 
 
 BrakeReader = Annotated[TargetGrant, Depends(brake_reader)]
@@ -114,12 +115,13 @@ class ReleaseRequest(BaseModel):
 
 
 class BrakeState(BaseModel):
-    """The brake (``on``; as set: reason, who, since, until; ``changed`` by this request)
-    and its log, oldest first."""
+    """The brake (``on``; as set: reason, who, since, until; ``changed`` by this request),
+    its log, oldest first, and whether the signed-in user may set and release it."""
 
     brake: dict[str, Any]
     log: list[dict[str, Any]]
     target: str
+    can_edit: bool
 
 
 router = APIRouter(
@@ -137,15 +139,15 @@ router = APIRouter(
 )
 
 
-def _state(kit: Migronaut, brake: dict[str, Any], target: str) -> BrakeState:
+def _state(kit: Migronaut, brake: dict[str, Any], grant: TargetGrant) -> BrakeState:
     entries = [entry.to_dict() for entry in kit.background.brake_log()]
-    return BrakeState(brake=brake, log=entries, target=target)
+    return BrakeState(brake=brake, log=entries, target=grant.target, can_edit=grant.can_edit)
 
 
 @router.get("", summary="The target's brake and its log")
 def get_brake(grant: BrakeReader, kit: Kit) -> BrakeState:
     """Needs read access to the target's control DAG."""
-    return _state(kit, kit.background.brake_status().to_dict(), grant.target)
+    return _state(kit, kit.background.brake_status().to_dict(), grant)
 
 
 @router.post("", summary="Brake every background migration of the target")
@@ -158,7 +160,7 @@ def set_brake(grant: BrakeEditor, body: BrakeRequest, kit: Kit) -> BrakeState:
         _record(grant, "brake", reason=reason, outcome=refused.code)
         raise
     _record(grant, "brake", reason=reason, outcome="changed" if view.changed else "unchanged")
-    return _state(kit, view.to_dict(), grant.target)
+    return _state(kit, view.to_dict(), grant)
 
 
 @router.post("/release", summary="Release the target's brake")
@@ -167,7 +169,7 @@ def release_brake(grant: BrakeEditor, body: ReleaseRequest, kit: Kit) -> BrakeSt
     reason = actions.clean_reason(body.reason)
     view = kit.background.release(requested_by=grant.user_name, reason=reason)
     _record(grant, "release", reason=reason, outcome="changed" if view.changed else "unchanged")
-    return _state(kit, view.to_dict(), grant.target)
+    return _state(kit, view.to_dict(), grant)
 
 
 def _record(grant: TargetGrant, action: str, *, reason: str, outcome: str) -> None:

@@ -290,6 +290,41 @@ def test_the_page_sits_in_airflows_navigation(site: Site) -> None:
         SHOTS["nav"] = browser.shot("nav")
 
 
+def test_the_brake_is_set_and_released_from_the_list_page(site: Site) -> None:
+    """The brake panel: a reason and the button brake every migration of the target (the
+    kit reads it on), the panel says so and logs it; Release lifts it."""
+    brake_reason = "INC-42: primary under pressure"
+    with Browser(site.airflow.url, site.out) as browser:
+        browser.sign_in(USER, site.password, next_path=f"{PREFIX}/")
+        field = browser.wait_for_element("[data-role='brake-form'] input[name='reason']")
+        field.send_keys(brake_reason)
+        browser.click("button[data-role='brake-set']")
+        browser.wait_until(
+            lambda: "Brake on" in (browser.text("[data-role='brake-state']") or ""),
+            "the panel showing the brake on",
+        )
+        try:
+            brake = site.kit.background.brake_status()
+            assert (brake.on, brake.requested_by, brake.reason) == (True, USER, brake_reason)
+            assert brake_reason in (browser.text("[data-role='brake-state']") or "")
+            SHOTS["brake"] = browser.shot("brake-on")
+            browser.wait_for_element("[data-role='brake-form'] input[name='reason']").send_keys(
+                "resolved"
+            )
+            browser.click("button[data-role='brake-release']")
+            browser.wait_until(
+                lambda: (browser.text("[data-role='brake-state']") or "").startswith("Off"),
+                "the panel showing the brake off",
+            )
+        finally:
+            site.kit.background.release(requested_by="test", reason="cleanup")
+        assert not browser.text("[data-role='brake-error']"), browser.text(
+            "[data-role='brake-error']"
+        )
+    log = [(e.action, e.requested_by, e.reason) for e in site.kit.background.brake_log()]
+    assert log[-2:] == [("brake", USER, brake_reason), ("release", USER, "resolved")]
+
+
 def teardown_module() -> None:
     """Copy the screenshots the docs show, when asked to."""
     if os.environ.get("MIGRONAUT_UPDATE_DOCS_IMG") != "1":

@@ -145,6 +145,8 @@ def test_the_sign_in_cookie_opens_the_pages(airflow: Airflow, running: str) -> N
         assert listing.status_code == 200
         assert 'data-role="migrations"' in listing.text
         assert f'src="{UI}/static/list.js"' in listing.text
+        assert f'src="{UI}/static/brake.js"' in listing.text and 'data-role="brake"' in listing.text
+        assert "can_edit" in browser.get(f"{UI}/static/brake.js").text
         assert "frame-ancestors 'self'" in listing.headers["content-security-policy"]
         detail = browser.get(f"{UI}/migrations/{running}")
         assert detail.status_code == 200

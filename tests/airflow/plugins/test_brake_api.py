@@ -67,6 +67,8 @@ def test_an_editor_brakes_and_releases_and_both_are_audited(
     assert body["brake"]["until"].startswith("2099-01-01T00:00:00")
     read = airflow.get("/api/brake", "viewer").json()
     assert read["brake"]["on"] and read["brake"]["reason"] == body["brake"]["reason"]
+    assert (read["can_edit"], body["can_edit"]) == (False, True)  # the page's form follows it
+    assert airflow.get("/api/brake", "editor").json()["can_edit"] is True
     released = post(airflow, "/release", "editor", {"reason": "resolved"})
     assert released.status_code == 200 and released.json()["brake"]["changed"]
     logged = airflow.get("/api/brake").json()["log"]
