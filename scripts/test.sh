@@ -18,6 +18,15 @@ fi
 # The cluster tests (tests/airflow_cluster) run Airflow on PostgreSQL and Redis.
 ensure_cluster_services
 
+# The compatibility run's environment is set up meanwhile (scripts/compat.sh --prepare);
+# the run itself comes in the suite's tail, below.
+if [ "$#" -eq 0 ]; then
+  scratch="$(mktemp -d)"
+  trap 'rm -rf "$scratch"' EXIT
+  bash "$ROOT/scripts/compat.sh" --prepare >"$scratch/compat-prepare.log" 2>&1 &
+  prepare_pid=$!
+fi
+
 echo "==> ruff"
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
@@ -40,18 +49,17 @@ fi
 # tests/conftest.py creates the flag file then), usually on the long e2e chain that
 # mostly waits on Airflow. Started beside three busy workers instead, Airflow 3.2's
 # in-process task runs starve. Its output is kept apart and printed after the suite's.
-echo "==> pytest ($workers workers)"
-scratch="$(mktemp -d)"
-trap 'rm -rf "$scratch"' EXIT
+echo "==> $(date -u +%T) pytest ($workers workers)"
 MIGRONAUT_TEST_TAIL_FLAG="$scratch/tail" "$VENV/bin/pytest" -n "$workers" --no-loadscope-reorder &
 suite_pid=$!
 while kill -0 "$suite_pid" 2>/dev/null && [ ! -e "$scratch/tail" ]; do sleep 2; done
 echo "==> $(date -u +%T) the suite's tail: the Airflow tests on the oldest Airflow the provider declares start (scripts/compat.sh)"
+wait "$prepare_pid" || true  # a failed set-up fails again, with its output, just below
 compat=0
 bash "$ROOT/scripts/compat.sh" >"$scratch/compat.log" 2>&1 || compat=$?
 suite=0
 wait "$suite_pid" || suite=$?
-echo "==> the compatibility run's output (scripts/compat.sh, exit $compat)"
+echo "==> $(date -u +%T) both done; the compatibility run's output (scripts/compat.sh, exit $compat)"
 cat "$scratch/compat.log"
 if [ "$suite" -eq 0 ]; then suite=$compat; fi
 exit "$suite"
