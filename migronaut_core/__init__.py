@@ -16,6 +16,7 @@ Importing this package never imports Airflow.
 from __future__ import annotations
 
 from migronaut_core.audit import Finding
+from migronaut_core.background.canary import CanaryContext
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.control.actions import (
     CONTROL_ACTIONS,
@@ -61,6 +62,7 @@ from migronaut_core.background.telemetry import MetricsSink
 from migronaut_core.background.throttle.health import HealthBreach
 from migronaut_core.background.views import (
     BackgroundStatusView,
+    CanaryView,
     DocumentError,
     HoldView,
     LanePacing,
@@ -152,6 +154,8 @@ __all__ = [
     "BrakeAction",
     "BrakeLogEntry",
     "BrakeView",
+    "CanaryContext",
+    "CanaryView",
     "CancelToken",
     "CatalogEntry",
     "ChecksumMismatchError",
