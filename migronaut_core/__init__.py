@@ -16,6 +16,7 @@ Importing this package never imports Airflow.
 from __future__ import annotations
 
 from migronaut_core.audit import Finding
+from migronaut_core.background.canary import AWAITING_APPROVAL as CANARY_AWAITING_APPROVAL
 from migronaut_core.background.canary import CanaryContext
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.control.actions import (
@@ -134,6 +135,7 @@ __all__ = [
     "BACKGROUND_MILESTONES",
     "BACKGROUND_STATUSES",
     "BRAKE_ACTIONS",
+    "CANARY_AWAITING_APPROVAL",
     "CONTROL_ACTIONS",
     "CONTROL_GUIDES",
     "DEFAULT_BACKGROUND_COLLECTION",

@@ -187,7 +187,11 @@ def last_activity(state: StateDocument, last_partition_write: Any) -> datetime |
     """The latest of a state's progress, its coordinator step, a partition write and a
     lane's confirmation of a hold (a maintenance window's opening, if later): what
     :func:`stalled_for` measures from (the async stall watch too). Lanes that hold on
-    purpose are not stalled, nor are those waiting for a window until it opens."""
+    purpose are not stalled, nor are those waiting for a window until it opens, nor a
+    canary awaiting a person's approval (None: nothing to measure from)."""
+    canary = state.get("canary")
+    if canary is not None and canary.get("phase") == "awaiting_approval":
+        return None
     mark = state.get("coordinator")
     hold: Mapping[str, Any] = state.get("hold") or {}
     seen = [
