@@ -13,6 +13,7 @@ from pymongo.database import Database
 
 from migronaut_core import Migronaut
 from migronaut_core.background.spec import CanarySettings, canary_subset
+from migronaut_core.cli.output import print_views
 from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 from tests.support.validator import step
@@ -164,7 +165,10 @@ def test_old_shape_writes_in_the_subset_are_healed_within_the_drift_limit_and_fa
 
 
 def test_a_transform_that_is_not_idempotent_pauses_the_canary_with_the_reason(
-    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+    kit: Migronaut,
+    db: Database[dict[str, Any]],
+    migrations: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     seed_users(db, 400)
     write_background(migrations, body=NOT_IDEMPOTENT)
@@ -177,6 +181,13 @@ def test_a_transform_that_is_not_idempotent_pauses_the_canary_with_the_reason(
     assert view.canary.failed["check"] == "idempotence"
     reason = view.canary.failed["reason"]
     assert "change when the transform runs again (fields: n)" in reason
+    capsys.readouterr()
+    print_views([view.to_dict()])
+    assert (
+        capsys.readouterr()
+        .out.splitlines()[1]
+        .endswith(f"canary: check idempotence failed: {reason}")
+    )
     last = kit.background.history(SPLIT_NAME)[-1]
     assert (last.action, last.status_to, last.by) == ("pause", "paused", "migronaut")
     assert last.reason == f"canary check idempotence failed: {reason}"
