@@ -61,6 +61,8 @@ SOAK_POLL_MS: Final = 5_000
 MAX_REASON: Final = 300
 #: The statuses a canary is rejected from (its coordinator may still be stepping).
 _RUNNING: Final = ("pending", "running")
+#: The ``done`` reason of a migration a failing check paused.
+FAILED: Final = "canary-failed"
 #: Who the history names when a check pauses a migration.
 ENGINE: Final = "migronaut"
 
@@ -123,6 +125,8 @@ def soak(rt: Runtime, job: Job, state: StateDocument) -> CanaryStep:
     name, settings = state["_id"], job.spec.canary
     canary: CanaryDocument | None = state.get("canary")
     assert settings is not None
+    if state["status"] not in _RUNNING:  # paused (a reject) or cancelled meanwhile
+        return CanaryStep("paused", state)
     if canary is None:  # not soaking yet: a registration replaced the state mid-step
         return CanaryStep("soaking", state, SOAK_POLL_MS)
     if canary["phase"] == "promoted":
@@ -143,6 +147,19 @@ def soak(rt: Runtime, job: Job, state: StateDocument) -> CanaryStep:
     }
     if result.failed is not None:
         return _paused(rt, state, checked, result)
+    return _unless_stopped(_after_checks(rt, settings, state, canary, result, checked))
+
+
+def _after_checks(
+    rt: Runtime,
+    settings: CanarySettings,
+    state: StateDocument,
+    canary: CanaryDocument,
+    result: CheckResult,
+    checked: dict[str, Any],
+) -> CanaryStep:
+    """Checks passed: heal, soak on, await an approval, or promote."""
+    name, now = state["_id"], checked["checked_at"]
     if result.counts["old"] > 0:
         log.warning(
             "%s: %d old-shape document(s) written to its canary subset during the soak; "
@@ -166,6 +183,13 @@ def soak(rt: Runtime, job: Job, state: StateDocument) -> CanaryStep:
     moved = _moved(rt, name, "promote", {**checked, "clean_passes": clean}, {"phase": "partition"})
     log.info("%s: canary passed its checks; promoted", name)
     return CanaryStep("promoted", moved)
+
+
+def _unless_stopped(step: CanaryStep) -> CanaryStep:
+    """A move a control's pause (a reject) or cancel beat during the checks: stopped."""
+    if step.state["status"] not in _RUNNING:
+        return CanaryStep("paused", step.state)
+    return step
 
 
 def run_checks(rt: Runtime, job: Job, state: StateDocument) -> CheckResult:
@@ -391,7 +415,7 @@ def _paused(
             "canary": result.failed,
         },
     )
-    return CanaryStep("paused", paused or rt.store.states.get(name) or state, reason=reason)
+    return CanaryStep("paused", paused or rt.store.states.get(name) or state, reason=FAILED)
 
 
 def _partition_again(rt: Runtime, name: str, state: StateDocument) -> StateDocument:
@@ -409,9 +433,12 @@ def _moved(
     fields: dict[str, Any],
     state_fields: dict[str, Any] | None = None,
 ) -> StateDocument:
-    """Apply a canary move; under the coordinator's lock only a control moves it too
-    (approve, reject), and then the state as it is now is returned."""
-    moved = rt.store.states.move_canary(name, canary_move(action), fields, state_fields)
+    """Apply a coordinator's canary move while the migration runs; under the coordinator's
+    lock only a control moves it too (approve, reject, a pause), and then the state as
+    it is now is returned."""
+    moved = rt.store.states.move_canary(
+        name, canary_move(action), fields, state_fields, statuses=_RUNNING
+    )
     if moved is None:
         current = rt.store.states.get(name)
         assert current is not None, name

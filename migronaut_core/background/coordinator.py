@@ -660,7 +660,7 @@ def _canary_step(
             retry_after_ms=done.retry_after_ms,
         )
     if done.outcome == "paused":
-        return Answer("done", status=done.state.get("status"), reason="canary-failed")
+        return Answer("done", status=done.state.get("status"), reason=done.reason)
     return NextPass(done.state)
 
 

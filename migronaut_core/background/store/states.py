@@ -265,10 +265,16 @@ class StateDocuments:
         move: CanaryMove,
         fields: Mapping[str, Any] | None = None,
         state_fields: Mapping[str, Any] | None = None,
+        *,
+        statuses: Sequence[str] | None = None,
     ) -> StateDocument | None:
         """Apply a canary move if the canary phase is one of its sources (as
-        :meth:`move_validator`: ``fields`` under ``canary``, ``state_fields`` beside it)."""
-        return self._move_phase(name, "canary", move.sources, move.to, fields, state_fields)
+        :meth:`move_validator`: ``fields`` under ``canary``, ``state_fields`` beside it),
+        and, with ``statuses``, the status one of them (a control's pause wins)."""
+        also = None if statuses is None else {"status": {"$in": list(statuses)}}
+        return self._move_phase(
+            name, "canary", move.sources, move.to, fields, state_fields, also=also
+        )
 
     def _move_phase(
         self,
@@ -278,8 +284,11 @@ class StateDocuments:
         to: str | None,
         fields: Mapping[str, Any] | None,
         state_fields: Mapping[str, Any] | None,
+        *,
+        also: Mapping[str, Any] | None = None,
     ) -> StateDocument | None:
-        """A compare-and-set on ``<key>.phase`` (``None`` in ``sources``: ``key`` absent)."""
+        """A compare-and-set on ``<key>.phase`` (``None`` in ``sources``: ``key`` absent),
+        and on ``also``."""
         phases = [phase for phase in sources if phase is not None]
         matches: list[Document] = [{f"{key}.phase": {"$in": phases}}]
         if None in sources:
@@ -292,7 +301,9 @@ class StateDocuments:
             nested = {f"{key}.{field}": value for field, value in (fields or {}).items()}
             update = {"$set": {f"{key}.phase": to, **nested, **changes}}
         return self.collection.find_one_and_update(
-            {"_id": name, "$or": matches}, update, return_document=ReturnDocument.AFTER
+            {"_id": name, "$or": matches, **(also or {})},
+            update,
+            return_document=ReturnDocument.AFTER,
         )
 
     def note(self, name: str, entry: Mapping[str, Any]) -> None:

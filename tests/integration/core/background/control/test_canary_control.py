@@ -99,3 +99,32 @@ def test_approve_and_reject_refuse_a_migration_without_a_canary(
             kit.background.control(SPLIT_NAME, action, reason="why")
         assert "it has no canary" in refused.value.message
         assert refused.value.context["canary"] is None
+
+
+#: A check during which an operator pauses the migration (written as a control's move is).
+PAUSED_DURING_CHECKS = """
+background = {"collection": "users", "from": 1, "to": 2, "canary": {"fraction": 0.5}}
+
+
+def migrate(doc, ctx):
+    doc["first"], _, doc["last"] = doc.pop("name").partition(" ")
+    return doc
+
+
+def check(ctx):
+    ctx.db.migronaut_background.update_one({"_id": ctx.migration}, {"$set": {"status": "paused"}})
+    return True
+"""
+
+
+def test_a_pause_during_the_checks_wins_over_the_promotion(
+    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+) -> None:
+    seed_users(db, 100)
+    write_background(migrations, body=PAUSED_DURING_CHECKS)
+    kit.runs.up()
+    answer = step(kit, SPLIT_NAME)
+    assert (answer.next, answer.status, answer.reason) == ("done", "paused", None)
+    state = _state(db)
+    assert state["canary"]["phase"] == "soaking" and state["phase"] == "canary"
+    assert db.users.count_documents({"_v": 1}) > 0  # the rest was not started
