@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from airflow import __version__ as airflow_version
+from packaging.version import Version
 from pymongo.database import Database
 
 from migronaut_airflow.operators.approval import CanaryApprovalOperator
@@ -22,6 +24,11 @@ from tests.support.hitl import answer_when_asked
 from tests.support.validator import step
 
 APPROVAL = '"canary": {"filter": {"n": {"$lt": 30}}, "approval": True},'
+#: Airflow 3.3 parks a HITL task in ``awaiting_input``, which ``dag.test()`` waits out; 3.2
+#: defers it to ``HITLTrigger``, which ``dag.test()`` runs inline, and whose detail request
+#: the in-process supervisor does not answer ("Unhandled request GetHITLDetailResponse"), so
+#: no HITL task completes under ``dag.test()`` there (a triggerer serves it in a deployment).
+PARKS_AWAITING_INPUT = Version(airflow_version) >= Version("3.3")
 
 
 @pytest.fixture
@@ -36,6 +43,7 @@ def awaiting(
         yield kit
 
 
+@pytest.mark.skipif(not PARKS_AWAITING_INPUT, reason="dag.test() runs no HITL task on Airflow 3.2")
 def test_an_approval_in_airflow_promotes_the_canary_and_the_rest_follows(
     awaiting: Migronaut, db: Database[dict[str, Any]]
 ) -> None:
