@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
@@ -44,7 +44,7 @@ from migronaut_core.background.states import CanaryAction, canary_move
 from migronaut_core.background.store import CanaryDocument, StateDocument
 from migronaut_core.bson_values import clone_document
 from migronaut_core.changelog import Actor
-from migronaut_core.clock import aware, utc_now
+from migronaut_core.clock import aware, monotonic, utc_now
 from migronaut_core.errors import BackgroundConflictError
 from migronaut_core.scrub import error_text
 from migronaut_core.versioning import version_filter
@@ -57,6 +57,10 @@ COUNT_LIMIT: Final = 1_000_000
 AWAITING_APPROVAL: Final = "canary-approval"
 #: How often a soaking canary is checked, and an awaiting one looked at (``wait``).
 SOAK_POLL_MS: Final = 5_000
+#: A soak check waits at least this many times as long as the last check took, so the
+#: checks of a large subset (a fraction hashes every old-shape ``_id``) stay a small
+#: share of the server's time.
+CHECK_SPACING: Final = 10
 #: The longest reason a failed check keeps.
 MAX_REASON: Final = 300
 #: The statuses a canary is rejected from (its coordinator may still be stepping).
@@ -137,7 +141,9 @@ def soak(rt: Runtime, job: Job, state: StateDocument) -> CanaryStep:
         # Resumed after a failed check or a rejection: soak afresh.
         state = _moved(rt, name, "soak", _fresh_soak(settings, utc_now()))
         canary = state.get("canary") or canary
+    started = monotonic()
     result = run_checks(rt, job, state)
+    spacing_ms = int((monotonic() - started) * 1000 * CHECK_SPACING)
     now = utc_now()
     checked = {
         "counts": result.counts,
@@ -147,7 +153,10 @@ def soak(rt: Runtime, job: Job, state: StateDocument) -> CanaryStep:
     }
     if result.failed is not None:
         return _paused(rt, state, checked, result)
-    return _unless_stopped(_after_checks(rt, settings, state, canary, result, checked))
+    step = _unless_stopped(_after_checks(rt, settings, state, canary, result, checked))
+    if step.outcome != "soaking":
+        return step
+    return replace(step, retry_after_ms=max(step.retry_after_ms, spacing_ms))
 
 
 def _after_checks(
