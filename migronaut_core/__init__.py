@@ -16,6 +16,8 @@ Importing this package never imports Airflow.
 from __future__ import annotations
 
 from migronaut_core.audit import Finding
+from migronaut_core.background.canary import AWAITING_APPROVAL as CANARY_AWAITING_APPROVAL
+from migronaut_core.background.canary import CanaryContext
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.control.actions import (
     CONTROL_ACTIONS,
@@ -61,6 +63,7 @@ from migronaut_core.background.telemetry import MetricsSink
 from migronaut_core.background.throttle.health import HealthBreach
 from migronaut_core.background.views import (
     BackgroundStatusView,
+    CanaryView,
     DocumentError,
     HoldView,
     LanePacing,
@@ -132,6 +135,7 @@ __all__ = [
     "BACKGROUND_MILESTONES",
     "BACKGROUND_STATUSES",
     "BRAKE_ACTIONS",
+    "CANARY_AWAITING_APPROVAL",
     "CONTROL_ACTIONS",
     "CONTROL_GUIDES",
     "DEFAULT_BACKGROUND_COLLECTION",
@@ -152,6 +156,8 @@ __all__ = [
     "BrakeAction",
     "BrakeLogEntry",
     "BrakeView",
+    "CanaryContext",
+    "CanaryView",
     "CancelToken",
     "CatalogEntry",
     "ChecksumMismatchError",

@@ -29,7 +29,7 @@ from migronaut_core.files import validate_name
 log = logging.getLogger(__name__)
 
 #: Bumped whenever what a cache entry holds changes; older cache files are ignored.
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,11 +38,14 @@ class CatalogEntry:
 
     :param collection: the collection a background migration names literally;
         None for a regular migration, or when the name is computed.
+    :param approval: its spec literally sets ``"canary": {..., "approval": True}``
+        (its DAG then asks a person to approve the canary).
     """
 
     name: str
     background: bool
     collection: str | None
+    approval: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +73,7 @@ class _Answer(TypedDict):
     background: bool
     collection: str | None
     error: str | None
+    approval: bool
 
 
 def read_catalog(directory: Path | str, *, cache_dir: Path | str | None = None) -> MigrationCatalog:
@@ -109,7 +113,9 @@ def read_catalog(directory: Path | str, *, cache_dir: Path | str | None = None) 
         if answer["error"] is not None:
             rejected.append(RejectedFile(path.name, answer["error"]))
         else:
-            migrations.append(CatalogEntry(name, answer["background"], answer["collection"]))
+            migrations.append(
+                CatalogEntry(name, answer["background"], answer["collection"], answer["approval"])
+            )
     if cache_file is not None and seen != known:
         _store_cache(cache_file, seen)
     return MigrationCatalog(folder, tuple(migrations), tuple(rejected))
@@ -119,18 +125,23 @@ def _read_source(source: bytes) -> _Answer:
     try:
         tree = ast.parse(source.decode("utf-8"))
     except UnicodeDecodeError:
-        return {"background": False, "collection": None, "error": "not UTF-8 text"}
+        return _regular("not UTF-8 text")
     except SyntaxError as exc:
-        return {
-            "background": False,
-            "collection": None,
-            "error": f"invalid Python (line {exc.lineno})",
-        }
+        return _regular(f"invalid Python (line {exc.lineno})")
     for node in tree.body:
         value = _background_value(node)
         if value is not _NOT_ASSIGNED:
-            return {"background": True, "collection": _literal_collection(value), "error": None}
-    return {"background": False, "collection": None, "error": None}
+            return {
+                "background": True,
+                "collection": _literal_collection(value),
+                "error": None,
+                "approval": _literal_approval(value),
+            }
+    return _regular(None)
+
+
+def _regular(error: str | None) -> _Answer:
+    return {"background": False, "collection": None, "error": error, "approval": False}
 
 
 _NOT_ASSIGNED = ast.Constant(value=None)
@@ -152,16 +163,25 @@ def _background_value(node: ast.stmt) -> ast.expr | None:
 
 
 def _literal_collection(value: ast.expr | None) -> str | None:
+    item = _literal_item(value, "collection")
+    if isinstance(item, ast.Constant) and isinstance(item.value, str):
+        return item.value
+    return None
+
+
+def _literal_approval(value: ast.expr | None) -> bool:
+    """Whether ``{"canary": {"approval": True}}`` is written literally."""
+    item = _literal_item(_literal_item(value, "canary"), "approval")
+    return isinstance(item, ast.Constant) and item.value is True
+
+
+def _literal_item(value: ast.expr | None, name: str) -> ast.expr | None:
+    """The value of key ``name`` in a literal dict, or None."""
     if not isinstance(value, ast.Dict):
         return None
     for key, item in zip(value.keys, value.values, strict=True):
-        if (
-            isinstance(key, ast.Constant)
-            and key.value == "collection"
-            and isinstance(item, ast.Constant)
-            and isinstance(item.value, str)
-        ):
-            return item.value
+        if isinstance(key, ast.Constant) and key.value == name:
+            return item
     return None
 
 
@@ -209,6 +229,7 @@ def _is_answer(entry: object) -> bool:
         and isinstance(entry.get("background"), bool)
         and isinstance(entry.get("collection"), str | None)
         and isinstance(entry.get("error"), str | None)
+        and isinstance(entry.get("approval"), bool)
     )
 
 

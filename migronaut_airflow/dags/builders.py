@@ -17,6 +17,7 @@ from airflow.sdk.definitions.mappedoperator import MappedOperator
 
 from migronaut_airflow.dags.assets import completed_asset
 from migronaut_airflow.dags.options import DagOptions, DriftEventOptions
+from migronaut_airflow.operators.approval import RECHECK, CanaryApprovalOperator
 from migronaut_airflow.operators.background import (
     AnnounceCompletedOperator,
     BackgroundControlOperator,
@@ -148,6 +149,8 @@ def background_dag(
     no_lease_grace_seconds: float = 60.0,
     poll_interval: float = 5.0,
     collection_asset: Asset | None = None,
+    canary_approval: bool = False,
+    approval_recheck: timedelta = RECHECK,
 ) -> DAG:
     """The DAG of one background migration: a run is one coordinator round.
 
@@ -164,6 +167,13 @@ def background_dag(
     :param lane_retries: how many times a failed lane task is retried, with exponential
         backoff from ``lane_retry_delay`` (0 to 100; the seeds' ``maxLaneRetries``, 8).
     :param collection_asset: the migrated collection's asset, the lanes' outlet.
+    :param canary_approval: its spec's canary waits for an approval: ``coordinate``
+        hands a canary awaiting it to an ``approve_canary`` human-in-the-loop task
+        (:mod:`~migronaut_airflow.operators.approval`), then ``continue_after_approval``
+        starts the next round. Without it, ``coordinate`` waits as for any soak, and
+        the canary is approved with the CLI, the UI or the control DAG.
+    :param approval_recheck: how often a waiting question looks whether the canary
+        was decided elsewhere.
     :param lane_pool: the Airflow pool of the lane tasks (default: the target's
         ``lane_pool``, then ``task_args["lane"]["pool"]``, else Airflow's default
         pool): its slots cap how many lanes of all migrations write at once. The
@@ -187,7 +197,10 @@ def background_dag(
         background=True,
     ) as dag:
         coordinate = CoordinateBackgroundOperator(
-            task_id="coordinate", migration=migration, **coordinator_args
+            task_id="coordinate",
+            migration=migration,
+            hand_off_approval=canary_approval,
+            **coordinator_args,
         )
         lanes = BackgroundLaneOperator.partial(
             task_id="lane",
@@ -252,7 +265,36 @@ def background_dag(
         )
         coordinate >> [lanes, wait]
         [lanes, wait] >> carry_on >> [resume_up, announce]
+        if canary_approval:
+            _approval_tasks(migration, coordinate, options, connection, approval_recheck)
     return dag
+
+
+def _approval_tasks(
+    migration: str,
+    coordinate: BaseOperator,
+    options: DagOptions,
+    connection: Mapping[str, Any],
+    recheck: timedelta,
+) -> None:
+    """``approve_canary`` after ``coordinate`` (whatever it did: it skips unless the canary
+    awaits approval), then ``continue_after_approval`` once it answered."""
+    approve = CanaryApprovalOperator(
+        task_id="approve_canary",
+        migration=migration,
+        recheck=recheck,
+        trigger_rule="all_done",
+        **SAFE_RETRIES,
+        **options.for_tasks("admin"),
+        **connection,
+    )
+    after = ContinueBackgroundOperator(
+        task_id="continue_after_approval",
+        migration=migration,
+        **options.for_tasks("coordinator"),
+        **connection,
+    )
+    coordinate >> approve >> after
 
 
 def drift_dag(

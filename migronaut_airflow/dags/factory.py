@@ -191,6 +191,7 @@ def dags_for(
                 settings,
                 options,
                 collection_asset=assets.get(entry.name),
+                canary_approval=entry.approval,
                 **background_options,
             )
             for entry in catalog.background

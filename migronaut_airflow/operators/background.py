@@ -27,6 +27,7 @@ from migronaut_airflow.targets import DEFAULT_TARGET, check_target_name, dag_id_
 from migronaut_airflow.triggers.delay import DelayTrigger
 from migronaut_core import (
     BRAKE_ACTIONS,
+    CANARY_AWAITING_APPROVAL,
     STALL_SECONDS,
     Answer,
     CancelToken,
@@ -144,16 +145,25 @@ class CoordinateBackgroundOperator(MigronautOperator):
     over it) and pushes ``answer``, ``registration``, ``generation``, ``plan``,
     ``round`` and ``collection_prefix`` (the configured ``background_collection``)
     as XComs; the lanes are bound to the first three and the round.
-    ``wait``/``busy``: defers, then steps again.
+    ``wait``/``busy``: defers, then steps again — except, with ``hand_off_approval``,
+    a canary awaiting approval: it skips, and the DAG's ``approve_canary`` task asks.
     ``done``/``superseded``: skips what follows (a failed migration fails the task).
     """
 
     template_fields: Sequence[str] = ("migration",)
 
-    def __init__(self, *, migration: str, max_wait_seconds: float = 30.0, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        migration: str,
+        max_wait_seconds: float = 30.0,
+        hand_off_approval: bool = False,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.migration = migration
         self.max_wait_seconds = max_wait_seconds
+        self.hand_off_approval = hand_off_approval
 
     def execute(self, context: Context) -> list[int]:
         return self._step(context, None)
@@ -166,6 +176,11 @@ class CoordinateBackgroundOperator(MigronautOperator):
         answer = self.coordinate(self.migration, context, round_)
         if answer.ends_driving:
             raise AirflowSkipException(end_round(self.migration, answer))
+        if self.hand_off_approval and answer.reason == CANARY_AWAITING_APPROVAL:
+            self.hook.close()
+            raise AirflowSkipException(
+                f"{self.migration}: its canary awaits approval; approve_canary asks for it"
+            )
         if answer.steps_again_later:
             self.log.info(
                 "%s: %s (%s); stepping again later", self.migration, answer.next, answer.reason

@@ -128,6 +128,34 @@ class ValidatorState(BaseModel):
     enforced_at: IsoTime = Field(None, description="when validationAction became error")
 
 
+class CanaryState(BaseModel):
+    """Where a migration's canary is: its phase, checks and approval (counts only, never
+    ids or its filter)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    phase: str = Field(description="migrating, soaking, awaiting_approval or promoted")
+    subset: str = Field(description="fraction (of hashed _ids) or filter")
+    approval: bool = Field(description="a passing canary waits for approve")
+    fraction: float | None = None
+    since: IsoTime = Field(None, description="when the current soak began")
+    until: IsoTime = Field(None, description="the soak's earliest end by time")
+    clean_passes: int = Field(0, description="clean checks in a row")
+    counts: dict[str, int] | None = Field(
+        None, description="the subset's documents by version at the last check: old, new"
+    )
+    drift: float | None = Field(None, description="the old-shape share of the subset then")
+    sample: dict[str, int] | None = Field(
+        None, description="the idempotence re-run: sampled, changed, raised"
+    )
+    checked_at: IsoTime = None
+    failed: dict[str, Any] | None = Field(
+        None, description="the check that paused it: check, reason (value-free), at"
+    )
+    approved: dict[str, Any] | None = Field(None, description="who approved it, why, when")
+    rejected: dict[str, Any] | None = Field(None, description="who rejected it, why, when")
+
+
 class MigrationSummary(BaseModel):
     """One background migration as the list shows it."""
 
@@ -169,6 +197,7 @@ class MigrationSummary(BaseModel):
     validator: ValidatorState | None = Field(
         None, description="the finalize validator, when the spec declares one and it began"
     )
+    canary: CanaryState | None = Field(None, description="the canary, when the spec has one")
     waits_for: list[str] = Field(description="required migrations not completed yet (blocked)")
     requires: list[str]
     throughput: Throughput

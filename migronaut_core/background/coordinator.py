@@ -7,10 +7,13 @@ it; a step that finds the lock held answers ``busy``. A step answers:
 - ``process`` — lanes have work (``lanes``: how many could start now);
 - ``wait`` — nothing to do yet (``retry_after_ms``): leases draining, a deploy in
   progress (the file's checksum differs from the registered one), a validator's soak
-  (``validator-soak``: :mod:`~migronaut_core.background.validator`), a lost plan race,
+  (``validator-soak``: :mod:`~migronaut_core.background.validator`), a canary's soak
+  or its wait for an approval (``canary-soak``, ``canary-approval``:
+  :mod:`~migronaut_core.background.canary`), a lost plan race,
   or the step was stopped (``stopping``: its caller's cancel token fired, or its
   coordinator lock was lost mid-step — then it commits no plan and closes no pass);
-- ``done`` — completed, failed, cancelled, paused or blocked (``status``);
+- ``done`` — completed, failed, cancelled, paused or blocked (``status``; a canary
+  whose check failed: paused, reason ``canary-failed``);
 - ``busy`` — another coordinator holds the lock;
 - ``superseded`` — a driver with rounds (Airflow) whose round is not the latest.
 """
@@ -23,12 +26,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from migronaut_core.background import canary
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.engine.steps import STEP_SCOPE
 from migronaut_core.background.gauges import publish_status
 from migronaut_core.background.job import (
     Job,
     assert_transactions,
+    canary_active,
     job_for,
     pass_match,
     plan_is_stale,
@@ -183,7 +188,11 @@ def last_activity(state: StateDocument, last_partition_write: Any) -> datetime |
     """The latest of a state's progress, its coordinator step, a partition write and a
     lane's confirmation of a hold (a maintenance window's opening, if later): what
     :func:`stalled_for` measures from (the async stall watch too). Lanes that hold on
-    purpose are not stalled, nor are those waiting for a window until it opens."""
+    purpose are not stalled, nor are those waiting for a window until it opens, nor a
+    canary awaiting a person's approval (None: nothing to measure from)."""
+    canary = state.get("canary")
+    if canary is not None and canary.get("phase") == "awaiting_approval":
+        return None
     mark = state.get("coordinator")
     hold: Mapping[str, Any] = state.get("hold") or {}
     seen = [
@@ -305,11 +314,13 @@ def _coordinate_pass(
     for _ in range(job.spec.max_passes + 2):
         if cancel.cancelled:
             return _retry_soon(rt, "stopping")
-        if state.get("phase") == "finalize":
-            soaked = _finalizing(rt, job, state, soak, confirm)
-            if isinstance(soaked, Answer):
-                return soaked
-            state = soaked.state
+        soaked = _soak_step(rt, job, state, confirm)
+        if isinstance(soaked, Answer):
+            return soaked
+        state = state if soaked is None else soaked.state
+        if job.canary and not canary_active(job.spec, state, job.direction):
+            # Promoted: the rest of the collection is an ordinary pass, of a job built afresh.
+            return _coordinate_pass(rt, name, state, cancel, confirm)
         # Resharded (or its shard-awareness changed) since this plan: its ranges mean
         # nothing now. Re-split the same pass; the version filter skips what is done.
         if state.get("phase") == "process" and plan_is_stale(job, state.get("plan")):
@@ -573,6 +584,8 @@ def finalize(rt: Runtime, job: Job, state: StateDocument, confirm: Confirm) -> A
     if job.cancel.cancelled:
         # Stopped, or the coordinator lock was lost, while counting: decide nothing.
         return _retry_soon(rt, "stopping")
+    if remaining == 0 and job.canary:
+        return _canary_step(rt, job, state, canary.begin)
     if remaining == 0 and job.spec.validator is not None and job.direction == "forward":
         soaked = _finalizing(rt, job, state, begin, confirm)
         return soaked if isinstance(soaked, Answer) else NextPass(soaked.state)
@@ -613,11 +626,7 @@ def _finalizing(
     """One finalize step (``begin`` the soak, or ``soak``): wait, heal with a new pass, or
     complete once the validator is enforced. A lock lost before its ``collMod`` stops the
     step as a lost lock stops any other (``stopping``): the validation is unchanged."""
-    if state["status"] == "pending":
-        moved = rt.store.states.move(
-            state["_id"], from_statuses=sources("plan"), to="running", action="plan"
-        )
-        state = moved or state
+    state = _running(rt, state)
     try:
         done = step(rt, job.spec, state, confirm)
     except LockLostError:
@@ -635,11 +644,56 @@ def _finalizing(
     )
 
 
+def _soak_step(
+    rt: Runtime, job: Job, state: StateDocument, confirm: Confirm
+) -> Answer | NextPass | None:
+    """The step of a soaking migration (a canary's, a validator's); None when none soaks."""
+    if state.get("phase") == "canary" and job.spec.canary is not None:
+        return _canary_step(rt, job, state, canary.soak)
+    if state.get("phase") == "finalize":
+        return _finalizing(rt, job, state, soak, confirm)
+    return None
+
+
+def _canary_step(
+    rt: Runtime,
+    job: Job,
+    state: StateDocument,
+    step: Callable[[Runtime, Job, StateDocument], canary.CanaryStep],
+) -> Answer | NextPass:
+    """One canary step (:func:`.canary.begin` the soak, or :func:`.canary.soak`): wait
+    (soaking, awaiting approval), stop (a failed check paused it), or go on with a pass
+    (a heal over the subset, or the rest once promoted)."""
+    state = _running(rt, state)
+    done = step(rt, job, state)
+    if done.outcome in ("soaking", "awaiting"):
+        return Answer(
+            "wait",
+            status=done.state.get("status"),
+            reason=done.reason,
+            retry_after_ms=done.retry_after_ms,
+        )
+    if done.outcome == "paused":
+        return Answer("done", status=done.state.get("status"), reason=done.reason)
+    return NextPass(done.state)
+
+
+def _running(rt: Runtime, state: StateDocument) -> StateDocument:
+    """A pending migration whose step soaks (a finalize or a canary) is running."""
+    if state["status"] != "pending":
+        return state
+    moved = rt.store.states.move(
+        state["_id"], from_statuses=sources("plan"), to="running", action="plan"
+    )
+    return moved or state
+
+
 def _remaining(rt: Runtime, job: Job, state: StateDocument) -> int:
     """Whether old-shape documents are left (0 or 1); a step migration has none to count."""
     if job.spec.mode == "step":
         return 0
     match = exclude_bad_ids(match_of(job.spec, job.direction), list(state.get("bad_ids") or []))
+    match = job.scoped(match)
     count_options: dict[str, Any] = {"limit": 1}
     if job.hint is not None:
         count_options["hint"] = job.hint

@@ -23,6 +23,7 @@ from migronaut_core.background.spec import (
     BackgroundSpec,
     Direction,
     exclude_bad_ids,
+    in_canary,
     match_hash,
     match_of,
     only_ids,
@@ -63,6 +64,15 @@ class Job:
     #: The token of the failed-only retry this job's pass works (its ``match`` is
     #: narrowed to that retry's documents), None for an ordinary pass.
     replay: str | None = None
+    #: Whether this job's passes migrate only its canary's subset (``background.canary``,
+    #: not promoted yet): ``match`` is narrowed to it.
+    canary: bool = False
+
+    def scoped(self, match: Document) -> Document:
+        """``match`` narrowed as this job's passes are (to the canary's subset, if any)."""
+        if not self.canary or self.spec.canary is None:
+            return match
+        return in_canary(match, self.spec.canary)
 
     @property
     def collection(self) -> str:
@@ -220,9 +230,10 @@ def build_job(
 
     The registered spec wins over the file's; the state's direction, bad ``_id``\ s
     and generation apply; a started failed-only retry (``replay``) narrows the match
-    to its documents instead. An undo's registration (``undo: "journal"``) runs the
-    journal's restore (:mod:`.undo`) instead of the file's functions; the forward
-    passes of a migration with ``undo = "journal"`` journal their batches.
+    to its documents instead; a canary not yet promoted narrows it to its subset. An
+    undo's registration (``undo: "journal"``) runs the journal's restore (:mod:`.undo`)
+    instead of the file's functions; the forward passes of a migration with
+    ``undo = "journal"`` journal their batches.
     :func:`job_for` is the checked way in; a dry run calls this directly, since it
     reports a changed file instead of refusing it.
     """
@@ -243,6 +254,9 @@ def build_job(
         match = only_ids(match_of(spec, direction), list(replay.get("ids") or []))
     else:
         match = exclude_bad_ids(match_of(spec, direction), list(bad_ids or []))
+    canary = canary_active(spec, state, direction)
+    if canary and spec.canary is not None:
+        match = in_canary(match, spec.canary)
     splitting = partitioner_for(rt, spec, direction)
     return Job(
         name=name,
@@ -260,16 +274,28 @@ def build_job(
         journal=journal,
         undo=undo,
         replay=replay["token"] if replay is not None and replaying else None,
+        canary=canary,
     )
+
+
+def canary_active(spec: BackgroundSpec, state: StateDocument | None, direction: Direction) -> bool:
+    """Whether a forward pass migrates only the canary's subset: the spec has a canary
+    that was not promoted yet."""
+    if spec.canary is None or direction != "forward":
+        return False
+    canary = state.get("canary") if state is not None else None
+    return canary is None or canary.get("phase") != "promoted"
 
 
 def pass_match(job: Job) -> str:
     """The fingerprint of what a pass of ``job`` matches (a plan's ``match``).
 
-    A failed-only retry's pass matches its own documents: its fingerprint differs
-    from an ordinary pass's, so neither plan is taken for the other.
+    A failed-only retry's pass matches its own documents, a canary's its subset: their
+    fingerprints differ from an ordinary pass's, so neither plan is taken for the other.
     """
     source = match_hash(job.spec, job.direction)
+    if job.canary:
+        source = f"{source}:canary"
     return source if job.replay is None else f"{source}:replay:{job.replay}"
 
 

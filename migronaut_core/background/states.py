@@ -9,7 +9,8 @@ the move with a compare-and-set on ``status``.
 A migration that finalizes with a validator (``background.validator``) has a second,
 smaller machine on its ``validator.phase`` while it stays ``running``:
 :func:`validator_move` says where each finalize move (record, warn, enforce, restore)
-takes it from, and to.
+takes it from, and to. A migration with a canary (``background.canary``) has a third,
+on its ``canary.phase``: :func:`canary_move`.
 """
 
 from __future__ import annotations
@@ -154,3 +155,42 @@ _VALIDATOR_MOVES: Final[Mapping[ValidatorAction, ValidatorMove]] = {
 def validator_move(action: ValidatorAction) -> ValidatorMove:
     """Where the finalize move ``action`` takes a validator phase from, and to."""
     return _VALIDATOR_MOVES[action]
+
+
+#: Where a canary is (``canary.phase``): its subset being ``migrating`` (no phase yet:
+#: its first pass), its checks ``soaking``, ``awaiting_approval`` (``approval = true``),
+#: or ``promoted`` (the rest of the collection is migrated by the ordinary passes).
+CanaryPhase: TypeAlias = Literal["migrating", "soaking", "awaiting_approval", "promoted"]
+#: The canary moves: start the soak once the subset is migrated, ``heal`` old-shape
+#: documents written in the subset meanwhile (another canary pass), ``await`` an
+#: approval, ``promote`` (its checks passed), ``approve`` (an operator's promote) and
+#: ``reject`` (an operator's no: back to soaking, the migration paused).
+CanaryAction: TypeAlias = Literal["soak", "heal", "await", "promote", "approve", "reject"]
+CANARY_PHASES: Final[tuple[CanaryPhase, ...]] = get_args(CanaryPhase)
+
+
+@dataclass(frozen=True, slots=True)
+class CanaryMove:
+    """A canary move: the phases it leaves (``None``: no canary phase yet, the first
+    pass) and where it leads."""
+
+    sources: tuple[CanaryPhase | None, ...]
+    to: CanaryPhase
+
+
+#: Every canary move, once. ``soak`` also leaves ``soaking``: a soak a failed check
+#: paused starts again on resume; ``approve`` is the operator's ``promote``, only from
+#: ``awaiting_approval``.
+_CANARY_MOVES: Final[Mapping[CanaryAction, CanaryMove]] = {
+    "soak": CanaryMove((None, "migrating", "soaking"), "soaking"),
+    "heal": CanaryMove(("soaking",), "migrating"),
+    "await": CanaryMove(("soaking",), "awaiting_approval"),
+    "promote": CanaryMove(("soaking",), "promoted"),
+    "approve": CanaryMove(("awaiting_approval",), "promoted"),
+    "reject": CanaryMove(("soaking", "awaiting_approval"), "soaking"),
+}
+
+
+def canary_move(action: CanaryAction) -> CanaryMove:
+    """Where the canary move ``action`` takes a canary phase from, and to."""
+    return _CANARY_MOVES[action]

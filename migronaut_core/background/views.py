@@ -237,6 +237,40 @@ class ValidatorView:
 
 
 @dataclass(frozen=True, slots=True)
+class CanaryView:
+    """Where a migration's canary is (``background.canary``).
+
+    ``phase``: ``migrating`` (its subset's pass), ``soaking`` (its checks run),
+    ``awaiting_approval`` or ``promoted``; ``subset``: ``fraction`` (with ``fraction``)
+    or ``filter`` (its query is not shown); ``approval``: whether a passing canary
+    waits for ``approve``. ``counts`` (``old``, ``new``: the subset's documents by
+    version at the last check, each at most a million) and ``drift`` (the old-shape
+    share then); ``sample``: what the idempotence check's re-run of the transform found
+    (``sampled``, ``changed``, ``raised``); ``failed``: the check that paused it
+    (``check``, its value-free ``reason``, ``at``); ``approved`` / ``rejected``: who,
+    why, when.
+    """
+
+    phase: str
+    subset: str
+    approval: bool
+    fraction: float | None = field(default=None, metadata=json_field(omit="none"))
+    since: datetime | None = field(default=None, metadata=json_field(omit="none"))
+    until: datetime | None = field(default=None, metadata=json_field(omit="none"))
+    clean_passes: int = 0
+    counts: Mapping[str, int] | None = field(default=None, metadata=json_field(omit="none"))
+    drift: float | None = field(default=None, metadata=json_field(omit="none"))
+    sample: Mapping[str, int] | None = field(default=None, metadata=json_field(omit="none"))
+    checked_at: datetime | None = field(default=None, metadata=json_field(omit="none"))
+    failed: Mapping[str, Any] | None = field(default=None, metadata=json_field(omit="none"))
+    approved: Mapping[str, Any] | None = field(default=None, metadata=json_field(omit="none"))
+    rejected: Mapping[str, Any] | None = field(default=None, metadata=json_field(omit="none"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_json_dict(self)
+
+
+@dataclass(frozen=True, slots=True)
 class BackgroundStatusView:
     """The status of one background migration, read without writing anything.
 
@@ -256,9 +290,10 @@ class BackgroundStatusView:
     runs, what holds its lanes (a MongoDB health signal past its hard limit, or no
     maintenance window open; left out of the JSON when nothing does). ``validator``:
     the finalize validator's phase and soak (:class:`ValidatorView`; left out when the
-    spec has none or it has not begun). ``window``: the maintenance windows its lanes
-    keep and when the next opens or closes (left out when none apply, and once the
-    migration completed, failed or was cancelled).
+    spec has none or it has not begun). ``canary``: its canary's phase, checks and
+    approval (:class:`CanaryView`; left out when the spec has none). ``window``: the
+    maintenance windows its lanes keep and when the next opens or closes (left out
+    when none apply, and once the migration completed, failed or was cancelled).
     ``undo``: ``journal`` when this registration is an undo from the journal
     (``direction`` is then ``revert``; the documents it left because they changed
     since are its failed documents, reason ``changed``); left out otherwise.
@@ -303,6 +338,7 @@ class BackgroundStatusView:
     document_errors: tuple[DocumentError, ...] = field(metadata=json_field(omit="always"))
     held_by: HoldView | None = field(default=None, metadata=json_field(omit="none"))
     validator: ValidatorView | None = field(default=None, metadata=json_field(omit="none"))
+    canary: CanaryView | None = field(default=None, metadata=json_field(omit="none"))
     undo: str | None = field(default=None, metadata=json_field(omit="none"))
     window: WindowView | None = field(default=None, metadata=json_field(omit="none"))
 
@@ -433,6 +469,7 @@ def status_view(
         ),
         held_by=_hold(state),
         validator=_validator(state),
+        canary=_canary(state, spec),
         undo=state.get("undo"),
         window=(
             None if state.get("status") in _FINISHED else _window(spec, windows, now or utc_now())
@@ -703,3 +740,35 @@ state_view = _renamed(status_json, "state_view")
 partition_view = _renamed(partition_json, "partition_view")
 history_view = _renamed(history_json, "history_view")
 sharding_view = _renamed(sharding_json, "sharding_view")
+
+
+def _canary(state: StateDocument, spec: Document) -> CanaryView | None:
+    """The canary's view: its phase (``migrating`` before it soaks), checks and approval."""
+    settings = spec.get("canary")
+    if not isinstance(settings, Mapping):
+        return None
+    canary: Mapping[str, Any] = state.get("canary") or {}
+    fraction = settings.get("fraction")
+    return CanaryView(
+        phase=str(canary.get("phase", "migrating")),
+        subset="fraction" if fraction is not None else "filter",
+        approval=bool(settings.get("approval", False)),
+        fraction=fraction,
+        since=_time(canary.get("since")),
+        until=_time(canary.get("until")),
+        clean_passes=int(canary.get("clean_passes", 0)),
+        counts=canary.get("counts"),
+        drift=canary.get("drift"),
+        sample=canary.get("sample"),
+        checked_at=_time(canary.get("checked_at")),
+        failed=_stamped(canary.get("failed")),
+        approved=_stamped(canary.get("approved")),
+        rejected=_stamped(canary.get("rejected")),
+    )
+
+
+def _stamped(mark: Any) -> dict[str, Any] | None:
+    """A recorded check failure, approval or rejection, its time made aware."""
+    if not isinstance(mark, Mapping):
+        return None
+    return {key: _time(value) if key == "at" else value for key, value in mark.items()}

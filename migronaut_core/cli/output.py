@@ -54,8 +54,31 @@ def print_views(views: list[dict[str, Any]]) -> None:
             f"{_eta_text(view.get('eta_seconds')):>7} "
             f"{(view.get('totals') or {}).get('migrated', 0):>9} "
             f"{view.get('failed_documents', 0):>7}  "
-            f"{view.get('last_error') or _held_text(view.get('held_by')) or _validator_text(view)}"
+            f"{_note_of(view)}"
         )
+
+
+def _note_of(view: dict[str, Any]) -> str:
+    """The table's last column: the last error, a hold, a canary or a validator's soak."""
+    return (
+        view.get("last_error")
+        or _held_text(view.get("held_by"))
+        or _canary_text(view)
+        or _validator_text(view)
+    )
+
+
+def _canary_text(view: dict[str, Any]) -> str:
+    """A canary's note until it is promoted: its phase, or the check that paused it."""
+    canary = view.get("canary")
+    if not isinstance(canary, dict) or canary.get("phase") == "promoted":
+        return ""
+    failed = canary.get("failed")
+    if isinstance(failed, dict):
+        return f"canary: check {failed.get('check')} failed: {failed.get('reason')}"
+    if canary.get("phase") == "soaking":
+        return f"canary: soaking, {canary.get('clean_passes', 0)} clean check(s)"
+    return f"canary: {str(canary.get('phase')).replace('_', ' ')}"
 
 
 def _held_text(held: Any) -> str:

@@ -222,7 +222,12 @@ def _add_background_commands(actions: Any) -> None:
         if name == "retry_from_start":
             continue  # ``retry --from-start``
         control = action(name, background.control, SUMMARIES[name])
-        control.add_argument("--reason", help="why; recorded in its history")
+        required = name == "reject"
+        control.add_argument(
+            "--reason",
+            required=required,
+            help="why; recorded in its history" + (" (required)" if required else ""),
+        )
         control.add_argument("--requested-by", help="who asks (default: OS user)")
         if name in STOPPING:
             control.add_argument("--wait", action="store_true", help="until lanes have stopped")

@@ -320,6 +320,11 @@ class Background:
         (completed, failed or cancelled) is registered as its undo, a revert
         pass that puts back every document still exactly as it wrote it from
         its journal and leaves (and lists by ``_id``) those changed since.
+        ``approve``: a canary that passed its checks and awaits approval
+        (``background.canary`` with ``approval``) is promoted; the rest of the
+        collection is migrated by ordinary passes (``unchanged`` once promoted).
+        ``reject``: a soaking or awaiting canary is paused with ``reason`` (required);
+        ``resume`` soaks it again.
         ``unlock``: clears the coordinator lock and every lease (``lock``,
         ``leases``; its status is unchanged) of any name, registered or not (a
         lock left behind by a withdrawn migration: status ``unregistered``).
@@ -331,8 +336,9 @@ class Background:
         :raises NotAppliedError: it is not registered (any action but ``unlock``).
         :raises BackgroundConflictError: the action does not fit its status (a
             failed-only retry: unless it is completed, failed or cancelled and has
-            failed documents; an undo: :class:`~migronaut_core.errors.UndoUnavailableError`),
-            before anything is written.
+            failed documents; an undo: :class:`~migronaut_core.errors.UndoUnavailableError`;
+            approve or reject: it has no canary, or its canary is not where the action
+            fits), before anything is written.
         """
         action = controls.check_control(action, wait=wait, repin=repin, failed_only=failed_only)
         who = with_default_user(Actor(requested_by=requested_by, reason=reason))
@@ -392,6 +398,8 @@ class Background:
             return self._repin(name, who)
         if action == "undo":
             return controls.undo(self._kit._runtime, name, actor=who)
+        if action == "approve" or action == "reject":  # noqa: PLR1714 (mypy narrows this)
+            return controls.canary_control(self._kit._runtime, name, action, actor=who)
         replan = self._repin_for_retry(name, who, failed_only=failed_only) if repin else None
         if action == "retry_from_start":
             result = controls.control(self._kit._runtime, name, "retry", actor=who, from_start=True)

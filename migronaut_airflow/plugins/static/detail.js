@@ -48,6 +48,7 @@
     M.setText(summary, '[data-field="mode"]', shown.text).title = shown.title;
     M.setText(summary, '[data-field="phase"]', m.phase || "–");
     M.setText(summary, '[data-field="validator"]', validatorText(m.validator));
+    M.setText(summary, '[data-field="canary"]', canaryText(m.canary));
     M.setText(summary, '[data-field="waits"]', m.waits_for.length ? m.waits_for.join(", ") : "–");
     M.setText(summary, '[data-field="last_error"]', m.last_error || m.held || "–");
     document.querySelector('[data-role="readonly"]').hidden = m.permissions.can_control;
@@ -60,6 +61,19 @@
     if (v.phase === "recorded") return "about to warn";
     const seen = v.old_shape_seen ? ", " + M.count(v.old_shape_seen) + " old-shape seen" : "";
     return "soaking (warn): " + v.clean_passes + " clean check(s)" + seen;
+  }
+
+  // The canary in words: its phase, and why a failed check or a rejection paused it.
+  function canaryText(c) {
+    if (!c) return "–";
+    if (c.failed) return "paused: check " + c.failed.check + " failed: " + c.failed.reason;
+    if (c.rejected) return "rejected by " + (c.rejected.requested_by || "?") + ": " + (c.rejected.reason || "");
+    if (c.phase === "awaiting_approval") return "passed its checks; awaiting approval";
+    if (c.phase === "soaking") {
+      const old = c.counts ? ", " + M.count(c.counts.old) + " old-shape in subset" : "";
+      return "soaking: " + c.clean_passes + " clean check(s)" + old;
+    }
+    return c.phase;
   }
 
   function partitionRow(p) {

@@ -1,4 +1,5 @@
-"""Operators' controls: pause, resume, cancel, retry (reopen), repin, unlock, undo, wait.
+"""Operators' controls: pause, resume, cancel, retry (reopen), repin, unlock, undo, wait,
+and a canary's approve and reject.
 
 :data:`CONTROL_ACTIONS` is the one list of what an operator may ask for; the
 CLI, the Airflow operators and the UI take it from here, and
@@ -21,6 +22,10 @@ cancelled and has failed documents.
 ``cancel`` of a migration finalizing with a validator restores the collection's
 validation as it was first (:func:`~migronaut_core.background.validator.released`):
 a refused ``collMod`` raises ``PrivilegeMissingError`` and nothing is cancelled.
+
+``approve`` promotes a canary that passed its checks and awaits approval
+(``background.canary.approval``); ``reject`` pauses a soaking or awaiting canary and
+needs a reason (:func:`canary_control`, :mod:`~migronaut_core.background.canary`).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Final, Literal, get_args
 
+from migronaut_core.background import canary
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.failed import failed_ids
 from migronaut_core.background.gauges import publish_status
@@ -52,7 +58,16 @@ log = logging.getLogger("migronaut_core.background")
 
 #: What an operator may ask of a background migration.
 ControlAction = Literal[
-    "pause", "resume", "cancel", "retry", "retry_from_start", "repin", "unlock", "undo"
+    "pause",
+    "resume",
+    "cancel",
+    "retry",
+    "retry_from_start",
+    "repin",
+    "unlock",
+    "undo",
+    "approve",
+    "reject",
 ]
 #: Every control action, in the order they are offered.
 CONTROL_ACTIONS: Final[tuple[ControlAction, ...]] = get_args(ControlAction)
@@ -67,6 +82,8 @@ SUMMARIES: Final[Mapping[ControlAction, str]] = MappingProxyType(
         "repin": "pin the file on disk as its version",
         "unlock": "clear the coordinator lock and every lease of a stuck one",
         "undo": 'put back the before-images its undo journal kept (undo = "journal")',
+        "approve": "promote a canary that passed its checks and awaits approval",
+        "reject": "pause a soaking or awaiting canary, with the reason (--reason)",
     }
 )
 #: Each action's name on a button (the UI's).
@@ -80,6 +97,8 @@ LABELS: Final[Mapping[ControlAction, str]] = MappingProxyType(
         "repin": "Repin",
         "unlock": "Unlock",
         "undo": "Undo",
+        "approve": "Approve canary",
+        "reject": "Reject canary",
     }
 )
 #: What each action does, for someone about to press it (the UI's help).
@@ -99,6 +118,10 @@ EXPLANATIONS: Final[Mapping[ControlAction, str]] = MappingProxyType(
             "Restore every document still as the migration wrote it from its undo journal; "
             "documents changed since are left and listed by _id."
         ),
+        "approve": (
+            "Promote the canary: the rest of the collection is migrated by ordinary passes."
+        ),
+        "reject": "Pause the migration with your reason; resume soaks the canary again.",
     }
 )
 #: How a report says that an action was done.
@@ -112,17 +135,19 @@ DONE: Final[Mapping[ControlAction, str]] = MappingProxyType(
         "repin": "repinned",
         "unlock": "unlocked",
         "undo": "undoing",
+        "approve": "approved",
+        "reject": "rejected",
     }
 )
 #: Actions after which the migration may have work again (its driver should run).
 RESTARTING: Final[frozenset[ControlAction]] = frozenset(
-    {"resume", "retry", "retry_from_start", "repin", "undo"}
+    {"resume", "retry", "retry_from_start", "repin", "undo", "approve"}
 )
 #: Statuses in which a migration's driver has work to take up (``may_run``).
 RUNNABLE: Final[frozenset[str]] = frozenset({"pending", "running"})
 #: Actions that throw work away or cut live lanes off (worth a confirmation).
 DESTRUCTIVE: Final[frozenset[ControlAction]] = frozenset(
-    {"cancel", "retry_from_start", "unlock", "undo"}
+    {"cancel", "retry_from_start", "unlock", "undo", "reject"}
 )
 #: Actions whose lanes stop before their next batch (``wait`` for them).
 STOPPING: Final[frozenset[ControlAction]] = frozenset({"pause", "cancel"})
@@ -491,6 +516,53 @@ def undo(rt: Runtime, name: str, *, actor: Actor | None = None) -> ControlResult
     rt.emit("background:control", {"migration": name, "action": "undo"})
     log.warning("%s: undo from its journal registered", name)
     return ControlResult("changed", undone["status"])
+
+
+def canary_control(
+    rt: Runtime, name: str, action: ControlAction, *, actor: Actor | None = None
+) -> ControlResult:
+    """Approve (promote) or reject (pause, with the reason) a migration's canary.
+
+    ``approve`` of a promoted canary answers ``unchanged``. Recorded in its history
+    with who asked and why.
+
+    :raises ConfigInvalidError: ``reject`` without a reason; nothing was written.
+    :raises NotAppliedError: it is not registered.
+    :raises BackgroundConflictError: it has no canary, or its canary is not where the
+        action fits (approve: awaiting approval; reject: soaking or awaiting).
+    """
+    who = actor or Actor()
+    if action == "reject" and not (who.reason or "").strip():
+        raise ConfigInvalidError(
+            "reject needs a reason (--reason): it is what the paused migration shows",
+            {"key": "reason", "action": "reject", "migration": name},
+        )
+    for _ in range(10):
+        state = _registered(rt, name, action)
+        if action == "approve":
+            moved = canary.approve(rt, state, who)
+            if moved is None:
+                return ControlResult("unchanged", state["status"])
+        else:
+            moved = canary.reject(rt, state, who)
+            if moved is None:
+                continue  # its status moved meanwhile: judge again
+        rt.emit(
+            "background:control",
+            {
+                "migration": name,
+                "action": action,
+                "from": state["status"],
+                "to": moved["status"],
+                "requested_by": who.requested_by,
+            },
+        )
+        publish_status(rt, name)
+        return ControlResult("changed", moved["status"])
+    raise BackgroundConflictError(
+        f"background migration {name} kept changing while {action} was applied; try again",
+        {"migration": name, "action": action},
+    )
 
 
 def wait_for_lanes(

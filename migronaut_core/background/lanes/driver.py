@@ -18,6 +18,7 @@ from typing import Any
 from pymongo.errors import PyMongoError
 
 from migronaut_core.background.backoff import Backoff
+from migronaut_core.background.canary import AWAITING_APPROVAL
 from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.coordinator import Answer, Driver, coordinate
 from migronaut_core.background.lanes.lane import SliceResult, run_slice
@@ -140,7 +141,8 @@ def drive(
     """Coordinate and run lanes until the migration is done (or for one round).
 
     :returns: the status view when it completed, paused, was cancelled, is blocked,
-        or (``until_done=False``) after one round.
+        or (``until_done=False``) after one round, or when its canary awaits approval
+        (a full run waits for the ``approve``, or the ``reject`` that pauses it).
     :raises BackgroundFailedError: it failed.
     :raises RunAbortedError: ``cancel`` fired; the migration goes on from where it
         was the next time anyone drives it.
@@ -157,6 +159,8 @@ def drive(
             continue  # cancelled while backing off
         if answer.next in ("done", "superseded"):
             return _finished(rt, name, answer.status)
+        if not until_done and answer.reason == AWAITING_APPROVAL:
+            return _view(rt, name)  # one round does not wait for a person
         if answer.next in ("wait", "busy") or answer.lanes == 0:
             pause = IDLE_POLL_SECONDS if answer.next == "process" else answer.retry_after_ms / 1000
             token.sleep(min(pause, 2.0))
@@ -164,12 +168,14 @@ def drive(
         lanes = max(1, min(concurrency, answer.lanes))
         run_lanes(rt, name, lanes, slice_ms=slice_ms, cancel=token, on_slice=on_slice)
         if not until_done:
-            state = rt.store.states.get(name)
-            return (
-                status_json(rt.store, state, windows=rt.windows, now=rt.wall_clock())
-                if state
-                else {"name": name, "status": None}
-            )
+            return _view(rt, name)
+
+
+def _view(rt: Runtime, name: str) -> dict[str, Any]:
+    state = rt.store.states.get(name)
+    if state is None:
+        return {"name": name, "status": None}
+    return status_json(rt.store, state, windows=rt.windows, now=rt.wall_clock())
 
 
 def _coordinate(rt: Runtime, name: str, token: CancelToken) -> Answer | None:

@@ -3,7 +3,8 @@
 - :mod:`.model`: :class:`BackgroundSpec` and its settings, :class:`BackgroundFunctions`;
 - :mod:`.validation`: :func:`resolve_spec` (a migration file to a spec) and
   :func:`check_slice_ms`, every mistake a ``ConfigInvalidError`` naming the key;
-- :mod:`.match`: :func:`match_of`, :func:`exclude_bad_ids`, :func:`only_ids`, :func:`match_hash`;
+- :mod:`.match`: :func:`match_of`, :func:`exclude_bad_ids`, :func:`only_ids`,
+  :func:`canary_subset`, :func:`in_canary`, :func:`match_hash`;
 - :mod:`.stages`: the stages an update-pipeline migration may use, and may not
   write the stamps with.
 
@@ -14,8 +15,16 @@ Everything here is pure: no database, no clock, no logging.
 
 from __future__ import annotations
 
-from migronaut_core.background.spec.match import exclude_bad_ids, match_hash, match_of, only_ids
+from migronaut_core.background.spec.match import (
+    canary_subset,
+    exclude_bad_ids,
+    in_canary,
+    match_hash,
+    match_of,
+    only_ids,
+)
 from migronaut_core.background.spec.model import (
+    CANARY_BUCKETS,
     HEALTH_SENSE,
     HEALTH_SIGNALS,
     MAX_CHECKPOINT_BYTES,
@@ -24,6 +33,7 @@ from migronaut_core.background.spec.model import (
     AdaptiveSettings,
     BackgroundFunctions,
     BackgroundSpec,
+    CanarySettings,
     Direction,
     HealthLimit,
     HealthSettings,
@@ -40,6 +50,7 @@ from migronaut_core.background.spec.model import (
 from migronaut_core.background.spec.validation import check_slice_ms, read_stored, resolve_spec
 
 __all__ = [
+    "CANARY_BUCKETS",
     "HEALTH_SENSE",
     "HEALTH_SIGNALS",
     "MAX_CHECKPOINT_BYTES",
@@ -48,6 +59,7 @@ __all__ = [
     "AdaptiveSettings",
     "BackgroundFunctions",
     "BackgroundSpec",
+    "CanarySettings",
     "Direction",
     "HealthLimit",
     "HealthSettings",
@@ -60,8 +72,10 @@ __all__ = [
     "TransactionSettings",
     "ValidatorKind",
     "ValidatorSettings",
+    "canary_subset",
     "check_slice_ms",
     "exclude_bad_ids",
+    "in_canary",
     "match_hash",
     "match_of",
     "only_ids",

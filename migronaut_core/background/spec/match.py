@@ -2,6 +2,7 @@
 
 :func:`match_of` is the query a pass in one direction still has to rewrite;
 :func:`exclude_bad_ids` leaves out the documents that failed before;
+:func:`canary_subset` and :func:`in_canary` narrow a query to a canary's subset;
 :func:`match_hash` fingerprints what a pass matches (through a canonical form of
 the filter) so a repinned spec that matches differently replaces its plan. Pure.
 """
@@ -15,7 +16,12 @@ from typing import Any, Final
 
 from bson import json_util
 
-from migronaut_core.background.spec.model import BackgroundSpec, Direction
+from migronaut_core.background.spec.model import (
+    CANARY_BUCKETS,
+    BackgroundSpec,
+    CanarySettings,
+    Direction,
+)
 from migronaut_core.background.spec.validation import read_stored
 from migronaut_core.bson_values import clone_document
 from migronaut_core.versioning import version_filter
@@ -46,6 +52,27 @@ def exclude_bad_ids(match: Mapping[str, Any], bad_ids: Sequence[Any]) -> dict[st
 def only_ids(match: Mapping[str, Any], ids: Sequence[Any]) -> dict[str, Any]:
     """Return ``match`` narrowed to the documents ``ids`` (a failed-only retry's pass)."""
     return {"$and": [dict(match), {"_id": {"$in": list(ids)}}]}
+
+
+def canary_subset(canary: CanarySettings) -> dict[str, Any]:
+    """Return the query of a canary's subset (a fresh copy).
+
+    A ``filter`` as given. A ``fraction`` ``f``: documents whose ``_id`` hashes
+    (``$toHashedIndexKey``, the server's hashed-index function: the same on every
+    lane, process and restart, and for any ``_id`` type) into the first ``f`` of
+    :data:`~.model.CANARY_BUCKETS` buckets; at least one bucket.
+    """
+    if canary.filter is not None:
+        return clone_document(canary.filter)
+    assert canary.fraction is not None
+    cut = max(1, round(canary.fraction * CANARY_BUCKETS))
+    bucket = {"$abs": {"$mod": [{"$toHashedIndexKey": "$_id"}, CANARY_BUCKETS]}}
+    return {"$expr": {"$lt": [bucket, cut]}}
+
+
+def in_canary(match: Mapping[str, Any], canary: CanarySettings) -> dict[str, Any]:
+    """Return ``match`` narrowed to the canary's subset."""
+    return {"$and": [dict(match), canary_subset(canary)]}
 
 
 def match_hash(spec: BackgroundSpec | Mapping[str, Any], direction: Direction) -> str:

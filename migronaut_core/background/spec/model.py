@@ -271,6 +271,57 @@ class SoakSettings:
     seconds: int = 0
 
 
+#: How a canary's subset is chosen (``background.canary``): a ``fraction`` of the
+#: documents (by a hash of ``_id``) or a ``filter`` (a query).
+CanarySubset: TypeAlias = Literal["fraction", "filter"]
+#: The hash buckets a canary ``fraction`` counts in: a document is in the subset when
+#: ``abs(hash(_id) mod CANARY_BUCKETS) < fraction * CANARY_BUCKETS``.
+CANARY_BUCKETS: Final = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class CanarySettings:
+    """A canary (``background.canary``): the first pass migrates only a subset, then soaks.
+
+    Exactly one of ``fraction`` and ``filter`` is set (the spec guarantees it).
+
+    :param fraction: 0 < f < 1: documents whose hashed ``_id`` falls in the first
+        ``f`` of :data:`CANARY_BUCKETS` buckets (stable across lanes and restarts).
+    :param filter: a BSON-normalised query, ANDed with the migration's ``filter``.
+    :param soak: clean checks in a row and seconds before the canary passes.
+    :param sample: migrated documents the idempotence check re-runs (1-1000, default 20).
+    :param max_drift: the largest share of old-shape documents in the subset a check
+        tolerates (and heals) before it fails the canary (0-1, default 0.01).
+    :param approval: a passing canary waits for ``approve`` instead of promoting.
+    """
+
+    fraction: float | None = None
+    filter: dict[str, Any] | None = None
+    soak: SoakSettings = dataclasses.field(default_factory=SoakSettings)
+    sample: int = 20
+    max_drift: float = 0.01
+    approval: bool = False
+
+    @property
+    def subset(self) -> CanarySubset:
+        """How the subset is chosen."""
+        return "fraction" if self.fraction is not None else "filter"
+
+    def to_document(self) -> dict[str, Any]:
+        """The key as a file spells it (and the state stores it)."""
+        chosen: dict[str, Any] = (
+            {"fraction": self.fraction}
+            if self.fraction is not None
+            else {"filter": clone_document(self.filter or {})}
+        )
+        return {
+            **chosen,
+            "soak": dataclasses.asdict(self.soak),
+            "checks": {"sample": self.sample, "max_drift": self.max_drift},
+            "approval": self.approval,
+        }
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BackgroundSpec:
     """The validated ``background`` mapping of a migration file.
@@ -306,6 +357,8 @@ class BackgroundSpec:
       ``revert_step`` in step mode, ``revert_update`` in update mode);
     - ``validator`` is ``None`` in step mode; ``validator_soak`` keeps its
       defaults when ``validator`` is ``None``;
+    - ``canary`` is ``None`` in step mode (a step migration has no documents to
+      sample);
     - ``undo == "journal"`` only in declarative mode and with a ``revision_field``
       (what tells the migration's write from a later one); ``undo_retention_s``
       is how long a before-image is kept (an hour to a year, default 7 days).
@@ -342,6 +395,7 @@ class BackgroundSpec:
     validator_soak: SoakSettings = dataclasses.field(default_factory=SoakSettings)
     undo: UndoMode | None = None
     undo_retention_s: int = DEFAULT_UNDO_RETENTION_S
+    canary: CanarySettings | None = None
 
     def pipeline(self, direction: Direction) -> list[dict[str, Any]] | None:
         """Return a copy of the user's update stages for ``direction`` (``None``:
@@ -398,6 +452,7 @@ class BackgroundSpec:
             "validator_soak": dataclasses.asdict(self.validator_soak),
             "undo": self.undo,
             "undo_retention": self.undo_retention_s,
+            "canary": None if self.canary is None else self.canary.to_document(),
         }
 
 
@@ -417,7 +472,8 @@ class BackgroundFunctions:
     (exactly one), optionally ``revert`` or ``revert_batch`` (at most one).
     Step mode: ``step(ctx)``, optionally ``revert_step(ctx)``. Update mode
     (``background.update``) defines no transform: the pipeline is one. Every
-    mode may define ``throttle(ctx)``.
+    mode may define ``throttle(ctx)``; a migration with a ``canary`` may define
+    ``check(ctx)``.
     :func:`~migronaut_core.background.spec.validation.resolve_spec` guarantees these rules.
     """
 
@@ -428,6 +484,8 @@ class BackgroundFunctions:
     step: Transform | None = None
     revert_step: Transform | None = None
     throttle: Transform | None = None
+    #: A canary's own check, ``check(ctx) -> bool | (bool, reason)`` (``background.canary``).
+    check: Transform | None = None
 
     def transforms(self, direction: Direction) -> tuple[Transform | None, Transform | None]:
         """Return ``(per_document, per_batch)`` for ``direction``; one of them is set

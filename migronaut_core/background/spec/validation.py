@@ -36,6 +36,7 @@ from migronaut_core.background.spec.model import (
     AdaptiveSettings,
     BackgroundFunctions,
     BackgroundSpec,
+    CanarySettings,
     HealthLimit,
     HealthSettings,
     HealthSignal,
@@ -85,6 +86,7 @@ _FUNCTION_NAMES: Final = (
     "step",
     "revert_step",
     "throttle",
+    "check",
 )
 
 
@@ -139,6 +141,14 @@ def _fraction(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, float) or not 0.0 < value < 1.0:
         raise _InvalidError(f"must be a number strictly between 0 and 1{wrong_type(value, float)}")
     return value
+
+
+def _share(value: Any) -> float:
+    """A share from 0 to 1, both ends included (an int 0 or 1 too)."""
+    problem = number_problem(value, 0.0, 1.0)
+    if problem is not None:
+        raise _InvalidError(problem)
+    return float(value)
 
 
 def _boolean(value: Any) -> bool:
@@ -313,6 +323,7 @@ _FILE_KEYS: Final[Mapping[str, _Key]] = {
     "validator_soak": _Key(_mapping),
     "undo": _Key(_optional(_choice(UndoMode)), None),
     "undo_retention": _Key(_retention, DEFAULT_UNDO_RETENTION_S),
+    "canary": _Key(_optional(_mapping), None),
 }
 _STORED_KEYS: Final[Mapping[str, _Key]] = {**_FILE_KEYS, "reversible": _Key(_boolean, False)}
 
@@ -351,6 +362,18 @@ _HEALTH_BOUNDS: Final[Mapping[HealthSignal, tuple[float, float, bool]]] = {
 _SOAK_KEYS: Final[Mapping[str, _Key]] = {
     "passes": _Key(_integer(1, 10_000), 1),
     "seconds": _Key(_integer(0, 2_592_000), 0),
+}
+_CANARY_KEYS: Final[Mapping[str, _Key]] = {
+    "fraction": _Key(_optional(_fraction), None),
+    "filter": _Key(_optional(_mapping), None),
+    "shard": _Key(lambda value: value, None),
+    "soak": _Key(_mapping),
+    "checks": _Key(_mapping),
+    "approval": _Key(_boolean, False),
+}
+_CANARY_CHECK_KEYS: Final[Mapping[str, _Key]] = {
+    "sample": _Key(_integer(1, 1_000), 20),
+    "max_drift": _Key(_share, 0.01),
 }
 _WRITE_CONCERN_KEYS: Final[Mapping[str, _Key]] = {
     "w": _Key(_w, required=True),
@@ -424,6 +447,7 @@ def _assemble(
         validator_soak=_within("validator_soak", _soak, values["validator_soak"], tolerant),
         undo=_undo(values["undo"], mode, revision_field),
         undo_retention_s=values["undo_retention"],
+        canary=_within("canary", _canary, values["canary"], mode, field, revision_field, tolerant),
     )
 
 
@@ -515,6 +539,53 @@ def _finalizing(
     if validator is None and soak is not _DERIVED and not tolerant:
         raise _InvalidError("needs background.validator beside it", "validator_soak")
     return validator
+
+
+def _canary(
+    value: Mapping[str, Any] | None,
+    mode: Mode,
+    field: str,
+    revision_field: str | None,
+    tolerant: bool,
+) -> CanarySettings | None:
+    """A canary: exactly one of ``fraction`` and ``filter``; ``shard`` is refused."""
+    if value is None:
+        return None
+    if mode == "step":
+        raise _InvalidError(
+            "is not supported in step mode: a step migration has no documents to canary"
+        )
+    read = _read(value, _CANARY_KEYS, tolerant=tolerant)
+    if read["shard"] is not None:
+        raise _InvalidError(
+            "is not supported yet: choose the canary by fraction or filter (a filter on "
+            "the shard key's range reaches one shard's chunks)",
+            "shard",
+        )
+    chosen = [key for key in ("fraction", "filter") if read[key] is not None]
+    if len(chosen) != 1:
+        raise _InvalidError(
+            "needs exactly one of fraction (0 < f < 1) or filter (a query)"
+            + (f" (got {' and '.join(chosen)})" if chosen else "")
+        )
+    subset = None
+    if read["filter"] is not None:
+        subset = _within("filter", _query, read["filter"], mode, field, revision_field)
+        if not subset:
+            raise _InvalidError("must not be empty: it would choose every document", "filter")
+    checks = _within("checks", _read, _or_empty(read["checks"]), _CANARY_CHECK_KEYS)
+    return CanarySettings(
+        fraction=read["fraction"],
+        filter=subset,
+        soak=_within("soak", _soak, read["soak"], tolerant),
+        sample=checks["sample"],
+        max_drift=checks["max_drift"],
+        approval=read["approval"],
+    )
+
+
+def _or_empty(value: Any) -> Any:
+    return {} if value is _DERIVED else value
 
 
 def _soak(value: Any, tolerant: bool) -> SoakSettings:
@@ -663,6 +734,8 @@ def resolve_spec(
     except _InvalidError as invalid:
         raise _config_error(name, invalid) from None
     _check_functions(name, spec.mode, functions)
+    if functions.check is not None and spec.canary is None:
+        raise _function_error(name, "check", "is a canary's check; set background.canary")
     return spec, functions
 
 

@@ -34,6 +34,7 @@ from migronaut_core.background.store.converge_log import ConvergeAction, Converg
 from migronaut_core.background.store.documents import (
     BrakeDocument,
     BrakeLogDocument,
+    CanaryDocument,
     ControlMark,
     ConvergeLogDocument,
     CoordinatorMark,
@@ -147,6 +148,7 @@ __all__ = [
     "BrakeDocument",
     "BrakeLogDocument",
     "BudgetStore",
+    "CanaryDocument",
     "Claim",
     "ControlMark",
     "ConvergeAction",

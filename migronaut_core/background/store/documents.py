@@ -129,6 +129,31 @@ class ValidatorDocument(TypedDict, total=False):
     enforced_at: datetime
 
 
+class CanaryDocument(TypedDict, total=False):
+    """A canary's progress (``canary``), absent while its first pass migrates the subset.
+
+    ``phase``: a :data:`~migronaut_core.background.states.CanaryPhase`; ``since``: when
+    the current soak began; ``until``: its earliest end by time; ``clean_passes``: clean
+    checks in a row; ``counts``: the subset's documents by version at the last check
+    (``old``, ``new``: each at most the count limit); ``drift``: the old-shape share of
+    the subset then; ``sample``: what the idempotence check's re-run found (``sampled``,
+    ``changed``, ``raised``); ``checked_at``: when; ``failed``: the check that paused it
+    (``check``, ``reason``: value-free, ``at``); ``approved``/``rejected``: who, why, when.
+    """
+
+    phase: Required[str]
+    since: datetime
+    until: datetime
+    clean_passes: int
+    counts: dict[str, int]
+    drift: float
+    sample: dict[str, int]
+    checked_at: datetime
+    failed: dict[str, Any] | None
+    approved: dict[str, Any]
+    rejected: dict[str, Any] | None
+
+
 class ReplayDocument(TypedDict, total=False):
     """A failed-only retry (``replay``): asked for by a control, started by a coordinator.
 
@@ -187,6 +212,7 @@ StateDocument = TypedDict(
         "reopened": int,
         "hold": HoldDocument,
         "validator": ValidatorDocument,
+        "canary": CanaryDocument,
         # -- an undo's registration (``background undo``): ``"journal"`` --
         "undo": str,
         "replay": "ReplayDocument | None",

@@ -38,6 +38,7 @@ _STATE_PROJECTION = {
     "coordinator.at": 1,
     "hold.at": 1,
     "hold.until": 1,
+    "canary.phase": 1,
 }
 _ID_ONLY = {"_id": 1}
 
@@ -46,8 +47,8 @@ _ID_ONLY = {"_id": 1}
 class StallEvidence:
     """One running migration as the stall rule sees it.
 
-    :param state: the state's ``_id``, status, ``last_progress_at``, ``coordinator.at``
-        and its hold's ``at`` and ``until``.
+    :param state: the state's ``_id``, status, ``last_progress_at``, ``coordinator.at``,
+        its hold's ``at`` and ``until`` and its canary's ``phase``.
     :param live_lease: a lease of the migration is live (server clock).
     :param last_partition_write: when a partition of it was last written, as stored.
     :param signalled_since: the activity a previous signal measured its stall

@@ -19,7 +19,7 @@ from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
 from pymongo.database import Database
 
-from migronaut_core.background.states import ValidatorMove
+from migronaut_core.background.states import CanaryMove, ValidatorMove
 from migronaut_core.background.store.documents import (
     HistoryDocument,
     HoldDocument,
@@ -257,19 +257,53 @@ class StateDocuments:
         Returns the state after, or None when the phase was not one of the move's
         sources (another step moved it first; judge again).
         """
-        phases = [phase for phase in move.sources if phase is not None]
-        matches: list[Document] = [{"validator.phase": {"$in": phases}}]
-        if None in move.sources:
-            matches.append({"validator": {"$exists": False}})
+        return self._move_phase(name, "validator", move.sources, move.to, fields, state_fields)
+
+    def move_canary(
+        self,
+        name: str,
+        move: CanaryMove,
+        fields: Mapping[str, Any] | None = None,
+        state_fields: Mapping[str, Any] | None = None,
+        *,
+        statuses: Sequence[str] | None = None,
+    ) -> StateDocument | None:
+        """Apply a canary move if the canary phase is one of its sources (as
+        :meth:`move_validator`: ``fields`` under ``canary``, ``state_fields`` beside it),
+        and, with ``statuses``, the status one of them (a control's pause wins)."""
+        also = None if statuses is None else {"status": {"$in": list(statuses)}}
+        return self._move_phase(
+            name, "canary", move.sources, move.to, fields, state_fields, also=also
+        )
+
+    def _move_phase(
+        self,
+        name: str,
+        key: str,
+        sources: Sequence[str | None],
+        to: str | None,
+        fields: Mapping[str, Any] | None,
+        state_fields: Mapping[str, Any] | None,
+        *,
+        also: Mapping[str, Any] | None = None,
+    ) -> StateDocument | None:
+        """A compare-and-set on ``<key>.phase`` (``None`` in ``sources``: ``key`` absent),
+        and on ``also``."""
+        phases = [phase for phase in sources if phase is not None]
+        matches: list[Document] = [{f"{key}.phase": {"$in": phases}}]
+        if None in sources:
+            matches.append({key: {"$exists": False}})
         update: Document
         changes: Document = {**(state_fields or {}), "updated_at": utc_now()}
-        if move.to is None:
-            update = {"$unset": {"validator": ""}, "$set": changes}
+        if to is None:
+            update = {"$unset": {key: ""}, "$set": changes}
         else:
-            nested = {f"validator.{key}": value for key, value in (fields or {}).items()}
-            update = {"$set": {"validator.phase": move.to, **nested, **changes}}
+            nested = {f"{key}.{field}": value for field, value in (fields or {}).items()}
+            update = {"$set": {f"{key}.phase": to, **nested, **changes}}
         return self.collection.find_one_and_update(
-            {"_id": name, "$or": matches}, update, return_document=ReturnDocument.AFTER
+            {"_id": name, "$or": matches, **(also or {})},
+            update,
+            return_document=ReturnDocument.AFTER,
         )
 
     def note(self, name: str, entry: Mapping[str, Any]) -> None:
@@ -296,6 +330,7 @@ _CLEARED_BY_REGISTRATION = (
     "control",
     "hold",
     "validator",
+    "canary",
     "replay",
     "undo",
 )

@@ -26,6 +26,7 @@ from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, write_background
 from tests.support.dags import sync_dags_to_airflow
 from tests.support.ui import UI, Airflow, signed_in_app
+from tests.support.validator import step
 
 SENTINEL = "Zq9SentinelValue"
 USERS = {"viewer": "viewer", "editor": "user", "admin": "admin"}
@@ -524,3 +525,31 @@ def test_the_provider_registers_the_plugin() -> None:
     views = {view["destination"]: view for view in MigronautPlugin.external_views}
     assert views["nav"]["href"] == "migronaut/"
     assert views["dag"]["href"] == "migronaut/dags/{DAG_ID}"
+
+
+def test_an_editor_approves_a_canary_and_it_is_audited(
+    airflow: Airflow,
+    dags_folder: Path,
+    migronaut_connection: str,
+    mongo_uri: str,
+    db: Database[dict[str, Any]],
+) -> None:
+    seed(db, 200)
+    canary = '"canary": {"fraction": 0.3, "approval": True},'
+    write_background(dags_folder, batch_size=100, max_parallel=2, extra=canary)
+    with make_kit(mongo_uri, db, dags_folder) as kit:
+        kit.runs.up()
+        assert step(kit, SPLIT_NAME).reason == "canary-approval"
+    shown = airflow.get(f"/api/migrations/{SPLIT_NAME}", user="editor").json()
+    assert shown["canary"]["phase"] == "awaiting_approval"
+
+    approved = airflow.act(SPLIT_NAME, "approve", "editor", {"reason": "dashboards are green"})
+    assert approved.status_code == 200, approved.text
+    assert (approved.json()["applied"], approved.json()["status"]) == ("changed", "running")
+    assert state_of(db, SPLIT_NAME)["canary"]["phase"] == "promoted"
+    again = airflow.act(SPLIT_NAME, "reject", "editor", {"reason": "too late"})
+    assert again.status_code == 409, again.text
+    assert [event for event, _, _ in audit_entries(dag_id_for(SPLIT_NAME))] == [
+        "migronaut_approve",
+        "migronaut_reject",
+    ]

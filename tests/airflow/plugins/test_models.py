@@ -18,6 +18,7 @@ from migronaut_airflow.plugins.readings import detail, summaries
 from migronaut_airflow.plugins.throughput import ThroughputSampler
 from migronaut_core import (
     BackgroundStatusView,
+    CanaryView,
     HistoryEntry,
     HoldView,
     Migronaut,
@@ -153,6 +154,41 @@ def test_a_soaking_validator_shows_its_phase_and_counts() -> None:
     }
 
 
+def test_a_canary_awaiting_approval_shows_its_phase_counts_and_checks() -> None:
+    awaiting = dataclasses.replace(
+        STATUS,
+        canary=CanaryView(
+            phase="awaiting_approval",
+            subset="fraction",
+            approval=True,
+            fraction=0.1,
+            clean_passes=2,
+            counts={"old": 0, "new": 120},
+            drift=0.0,
+            sample={"sampled": 20, "changed": 0, "raised": 0},
+        ),
+    )
+    kit = cast("Migronaut", FakeKit(awaiting))
+    sampler = ThroughputSampler(clock=lambda: 1000.0)
+    (row,) = summaries(kit, [awaiting.name], None, sampler, "default")
+    assert shown(row)["canary"] == {
+        "phase": "awaiting_approval",
+        "subset": "fraction",
+        "approval": True,
+        "fraction": 0.1,
+        "since": None,
+        "until": None,
+        "clean_passes": 2,
+        "counts": {"old": 0, "new": 120},
+        "drift": 0.0,
+        "sample": {"sampled": 20, "changed": 0, "raised": 0},
+        "checked_at": None,
+        "failed": None,
+        "approved": None,
+        "rejected": None,
+    }
+
+
 EXPECTED: dict[str, Any] = {
     "summaries": [
         {
@@ -186,6 +222,7 @@ EXPECTED: dict[str, Any] = {
             "held": None,
             "window": None,
             "validator": None,
+            "canary": None,
             "waits_for": ["a"],
             "requires": ["a", "b"],
             "throughput": {
@@ -231,6 +268,7 @@ EXPECTED: dict[str, Any] = {
             "held": None,
             "window": None,
             "validator": None,
+            "canary": None,
             "waits_for": [],
             "requires": [],
             "throughput": {
@@ -278,6 +316,7 @@ EXPECTED: dict[str, Any] = {
             "held": None,
             "window": None,
             "validator": None,
+            "canary": None,
             "waits_for": ["a"],
             "requires": ["a", "b"],
             "throughput": {
@@ -438,6 +477,7 @@ EXPECTED: dict[str, Any] = {
             "held": None,
             "window": None,
             "validator": None,
+            "canary": None,
             "waits_for": [],
             "requires": [],
             "throughput": {

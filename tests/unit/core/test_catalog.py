@@ -27,7 +27,7 @@ def _folder(tmp_path: Path) -> Path:
 def _plant(folder: Path, cache: Path, collection: str) -> None:
     """A cache entry for the background file that names another collection."""
     checksum = hashlib.sha256(SOURCE.encode()).hexdigest()
-    entry = {"background": True, "collection": collection, "error": None}
+    entry = {"background": True, "collection": collection, "error": None, "approval": False}
     target = _cache_file(folder, cache)
     assert target is not None
     target.write_text(json.dumps({"version": CACHE_VERSION, "entries": {checksum: entry}}))
@@ -40,6 +40,23 @@ def test_the_folder_is_read_from_sources_without_importing_them(tmp_path: Path) 
         ("20240102000000_regular", False, None),
     ]
     assert catalog.rejected == ()
+
+
+@pytest.mark.parametrize(
+    ("canary", "approval"),
+    [
+        ('{"fraction": 0.1, "approval": True}', True),
+        ('{"fraction": 0.1, "approval": False}', False),
+        ('{"fraction": 0.1}', False),
+        ("CANARY", False),  # computed: not read (its DAG asks no one; approve with the CLI)
+    ],
+)
+def test_a_literal_canary_approval_is_read(tmp_path: Path, canary: str, approval: bool) -> None:
+    folder = tmp_path / "migrations"
+    folder.mkdir()
+    source = f'background = {{"collection": "users", "from": 1, "to": 2, "canary": {canary}}}\n'
+    (folder / f"{NAME}.py").write_text(source)
+    assert read_catalog(folder).background[0].approval is approval
 
 
 def test_the_cache_answers_for_an_unchanged_file(tmp_path: Path) -> None:

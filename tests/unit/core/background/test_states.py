@@ -7,12 +7,16 @@ from typing import get_args
 import pytest
 
 from migronaut_core.background.states import (
+    CANARY_PHASES,
     STATUSES,
     TERMINAL,
     VALIDATOR_PHASES,
+    CanaryAction,
+    CanaryMove,
     Transition,
     ValidatorAction,
     ValidatorMove,
+    canary_move,
     sources,
     transition,
     validator_move,
@@ -166,3 +170,16 @@ def test_the_finalize_moves_go_record_warn_enforce_and_restore_removes_the_phase
     assert restore.to is None and set(restore.sources) == set(VALIDATOR_PHASES)
     reached = {validator_move(action).to for action in get_args(ValidatorAction)}
     assert reached - {None} == set(VALIDATOR_PHASES)
+
+
+def test_the_canary_moves_go_soak_heal_await_promote_and_approve_only_an_awaiting_one() -> None:
+    assert canary_move("soak") == CanaryMove((None, "migrating", "soaking"), "soaking")
+    assert canary_move("heal") == CanaryMove(("soaking",), "migrating")
+    assert canary_move("await") == CanaryMove(("soaking",), "awaiting_approval")
+    assert canary_move("promote") == CanaryMove(("soaking",), "promoted")
+    assert canary_move("approve") == CanaryMove(("awaiting_approval",), "promoted")
+    assert canary_move("reject") == CanaryMove(("soaking", "awaiting_approval"), "soaking")
+    reached = {canary_move(action).to for action in get_args(CanaryAction)}
+    assert reached == set(CANARY_PHASES)
+    left = {phase for action in get_args(CanaryAction) for phase in canary_move(action).sources}
+    assert "promoted" not in left  # nothing leaves a promoted canary
