@@ -102,6 +102,9 @@ def test_the_time_per_hand_off_divides_the_extra_time_by_a_lane_s_hand_offs() ->
     assert result["net"] == pytest.approx((30.0 - 18.0) / 3)
     assert result["measured"] == pytest.approx(5.0)
     assert result["to_trigger"] is None
+    # Airflow's own: start 12 + tail 6 + 3 hand-offs of 5 s, out of the run's 130 s.
+    assert result["airflow_seconds"] == pytest.approx(33.0)
+    assert result["equal_speed_ratio"] == pytest.approx(130.0 / 97.0)
 
 
 def test_no_hand_off_leaves_the_per_hand_off_times_empty() -> None:
