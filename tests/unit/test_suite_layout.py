@@ -26,6 +26,7 @@ KIND_ROOT_MODULES = {
     "unit/test_json_shapes.py",
     "unit/test_public_api.py",
     "unit/test_suite_layout.py",
+    "unit/test_bench_airflow_cluster.py",
     "integration/test_bench_update_pipeline.py",
     "integration/test_core_without_opentelemetry.py",
 }

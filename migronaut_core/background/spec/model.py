@@ -372,7 +372,7 @@ class BackgroundSpec:
     mode: Mode = "declarative"
     batch_size: int = 500
     max_parallel: int = 4
-    slice_ms: int = 30_000
+    slice_ms: int = 120_000
     #: This migration's weight in the target's write budget (``background_budget``).
     priority: int = 1
     max_passes: int = 5

@@ -302,7 +302,7 @@ _FILE_KEYS: Final[Mapping[str, _Key]] = {
     "mode": _Key(_choice(Mode)),
     "batch_size": _Key(_integer(1, 10_000)),
     "max_parallel": _Key(_integer(1, 64), 4),
-    "slice_ms": _Key(_integer(*_SLICE_MS), 30_000),
+    "slice_ms": _Key(_integer(*_SLICE_MS), 120_000),
     "priority": _Key(_integer(1, MAX_PRIORITY), 1),
     "max_passes": _Key(_integer(1, 100), 5),
     "max_conflict_retries": _Key(_integer(0, 20), 3),

@@ -46,7 +46,7 @@ def test_defaults() -> None:
     assert spec.field == "_v"
     assert spec.filter == {}
     assert spec.mode == "declarative"
-    assert (spec.batch_size, spec.max_parallel, spec.slice_ms) == (500, 4, 30_000)
+    assert (spec.batch_size, spec.max_parallel, spec.slice_ms) == (500, 4, 120_000)
     assert (spec.max_passes, spec.max_conflict_retries) == (5, 3)
     assert (spec.max_document_errors, spec.max_slice_failures) == (0, 5)
     assert spec.transaction is None
