@@ -263,7 +263,7 @@ def window_state(windows: Sequence[Window], now: datetime) -> WindowState:
     """
     if not windows:
         return ALWAYS_OPEN
-    moment = now.astimezone(UTC)
+    moment = _plain_utc(now)
     spans = sorted(
         (start, end, order)
         for order, window in enumerate(windows)
@@ -332,3 +332,8 @@ def docs_per_lane(window: Window | None, lanes: int) -> float | None:
     if window is None or window.docs_per_s is None:
         return None
     return window.docs_per_s / max(1, lanes)
+
+
+def _plain_utc(moment: datetime) -> datetime:
+    """``moment`` as a standard-library UTC datetime (a pendulum one's sums lose their zone)."""
+    return datetime.fromtimestamp(moment.timestamp(), tz=UTC)
