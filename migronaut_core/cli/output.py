@@ -89,6 +89,19 @@ def _eta_text(seconds: Any) -> str:
     return f"{round(seconds / 3600)}h"
 
 
+def duration_text(seconds: float | None) -> str:
+    """A duration as ``45s``, ``12m``, ``3.5h`` or ``2.1d``; ``?`` when not known."""
+    if seconds is None:
+        return "?"
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 172_800:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86_400:.1f}d"
+
+
 def print_findings(findings: list[Finding], *, as_json: bool) -> None:
     """Print audit findings, one line each (``severity kind subject: message``), or as JSON."""
     if as_json:

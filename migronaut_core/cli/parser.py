@@ -146,6 +146,22 @@ def _add_run_options(command: argparse.ArgumentParser, handler: Handler) -> None
     command.set_defaults(handler=handler)
 
 
+def _add_estimate(action: Callable[..., argparse.ArgumentParser]) -> None:
+    """Add ``migronaut background estimate NAME``."""
+    estimate = action(
+        "estimate",
+        background.estimate,
+        "documents, per-document cost, oplog volume and duration under windows and budget "
+        "(a sample; writes nothing)",
+    )
+    estimate.add_argument(
+        "--sample", type=int, metavar="N", help="documents to sample (default 1000, 10-10000)"
+    )
+    estimate.add_argument(
+        "--lanes", type=int, metavar="N", help="lanes to count (default: its max_parallel)"
+    )
+
+
 def _add_background_commands(actions: Any) -> None:
     """Add ``migronaut background ACTION``."""
 
@@ -215,6 +231,8 @@ def _add_background_commands(actions: Any) -> None:
     )
     picked.add_argument("--steps", type=int, metavar="N", help="(step mode) run N steps")
     dry_run.add_argument("--from-start", action="store_true", help="(step mode) from no checkpoint")
+
+    _add_estimate(action)
 
     _add_brake_commands(action)
 
