@@ -30,7 +30,7 @@ from migronaut_core import (
     parse_until,
 )
 from migronaut_core.background.control.actions import DONE, check_control
-from migronaut_core.cli.output import duration_text, emit, print_findings, print_views
+from migronaut_core.cli.output import emit, print_estimate, print_findings, print_views
 from migronaut_core.cli.run_progress import RunProgress, cancel_on_interrupt
 
 #: ``background run``'s exit status when it stopped without completing
@@ -268,47 +268,9 @@ def estimate(kit: Migronaut, args: argparse.Namespace) -> int:
     if args.json:
         emit(result.to_dict())
         return 0
-    costs, eta = result.costs, result.eta
-    documents = "?" if result.documents is None else f"{result.documents:,}"
-    rows = [
-        ("documents to migrate", f"{'at least ' if result.at_least else ''}{documents}"),
-        ("sampled", f"{costs.documents} ({costs.failed} would fail)"),
-        ("transform per document", f"{costs.transform_ms:.3f} ms"),
-        ("write per document", f"{costs.write_ms:.3f} ms (in an aborted transaction)"),
-        ("document size", f"{costs.before_bytes:,.0f} -> {costs.after_bytes:,.0f} bytes"),
-        ("oplog", _oplog_text(result.oplog_bytes, costs.oplog_bytes)),
-        ("lanes", str(result.lanes)),
-        ("rate at full speed", f"{result.docs_per_s:,.0f} docs/s"),
-    ]
-    if result.budget is not None:
-        budget = result.budget
-        rows.append(
-            (
-                "budget",
-                f"{budget.share:,.0f} of {budget.docs_per_s:,} docs/s (priority "
-                f"{budget.priority}, {len(budget.others)} other running migration(s))",
-            )
-        )
-    if result.windows is not None:
-        rows.append(("windows", f"the {result.windows}'s: closed time does no work"))
-    rows.append(("duration", _range_text(eta.seconds, eta.low_seconds, eta.high_seconds)))
-    if result.finishes_at is not None:
-        rows.append(("finishes at", result.finishes_at.strftime("%Y-%m-%d %H:%M UTC")))
     print(f"estimate of {result.migration} on {result.collection} ({result.mode}); nothing written")
-    for label, value in rows:
-        print(f"  {label:<24} {value}")
+    print_estimate(result)
     return 0
-
-
-def _oplog_text(total: int | None, per_document: float) -> str:
-    shown = "?" if total is None else f"{total / 2**20:,.1f} MiB"
-    return f"{shown} ({per_document:,.0f} bytes per document)"
-
-
-def _range_text(seconds: float | None, low: float | None, high: float | None) -> str:
-    if seconds is None:
-        return "unknown (no count, nothing timed, or beyond a year of windows)"
-    return f"{duration_text(seconds)} ({duration_text(low)} to {duration_text(high)})"
 
 
 def dry_run(kit: Migronaut, args: argparse.Namespace) -> int:
@@ -322,8 +284,9 @@ def dry_run(kit: Migronaut, args: argparse.Namespace) -> int:
         from_start=args.from_start,
     )
     data = report.to_dict()
+    estimated = kit.background.estimate(args.name) if args.estimate else None
     if args.json:
-        emit(data)
+        emit(data if estimated is None else {**data, "pass_estimate": estimated.to_dict()})
         return 0
     if isinstance(report, StepDryRunReport):
         _print_step_dry_run(data)
@@ -352,6 +315,9 @@ def dry_run(kit: Migronaut, args: argparse.Namespace) -> int:
         f"{totals['unchanged']} unchanged, {totals['errors']} error(s); "
         f"{'at least ' if report.at_least else ''}{matching} match in all"
     )
+    if estimated is not None:
+        print("estimate of the whole pass (a sample of its own):")
+        print_estimate(estimated)
     return 0
 
 

@@ -1,5 +1,5 @@
-"""``kit.background.estimate`` and ``background estimate`` on a real server: what a pass
-would take, under windows and the budget, with nothing written."""
+"""``kit.background.estimate`` on a real server: what a pass would take, under windows and
+the budget, with nothing written."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from migronaut_core import MigrationEstimate, Migronaut
 from migronaut_core.background.eta import OPLOG_ENTRY_BYTES
 from migronaut_core.errors import ConfigInvalidError, TransactionsUnsupportedError
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
-from tests.support.cli import configure, migronaut
 
 OTHER_NAME = "20240102000000_tag_orders"
 #: A second migration on another collection, weighing 3 in the budget.
@@ -177,29 +176,3 @@ def test_a_standalone_server_is_refused(
     monkeypatch.setattr(kit._runtime, "_transactions", False)  # as a standalone answers
     with pytest.raises(TransactionsUnsupportedError):
         kit.background.estimate(SPLIT_NAME)
-
-
-def test_the_cli_prints_the_estimate_as_a_table_and_as_json(
-    tmp_path: Path, mongo_uri: str, db: Database[dict[str, Any]]
-) -> None:
-    configure(tmp_path, mongo_uri, db.name)
-    write_background(tmp_path / "migrations")
-    seed_users(db, 60)
-
-    shown = migronaut(tmp_path, "background", "estimate", SPLIT_NAME, "--sample", "20")
-    assert shown.returncode == 0, shown.stderr
-    assert "documents to migrate" in shown.stdout and "60" in shown.stdout
-    assert "duration" in shown.stdout and "nothing written" in shown.stdout
-
-    as_json = migronaut(
-        tmp_path, "background", "estimate", SPLIT_NAME, "--sample", "20", "--lanes", "1", "--json"
-    )
-    assert as_json.returncode == 0, as_json.stderr
-    data = json.loads(as_json.stdout)
-    assert data["documents"] == 60 and data["lanes"] == 1
-    assert data["costs"]["documents"] == 20
-    assert data["eta"]["low_seconds"] <= data["eta"]["seconds"] <= data["eta"]["high_seconds"]
-
-    refused = migronaut(tmp_path, "background", "estimate", SPLIT_NAME, "--sample", "3", "--json")
-    assert refused.returncode != 0
-    assert "CONFIG_INVALID" in refused.stdout + refused.stderr
