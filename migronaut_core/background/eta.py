@@ -13,8 +13,10 @@ Pure (no database, no clock of its own). The rules callers may rely on:
   (measured: 2 lanes are 1.2-1.3x one on 2 cores; a lane beyond the cores adds
   nothing).
 - **Windows and the budget** cap that rate: inside a window at a fraction ``f``
-  lanes work ``f`` of the time; a ``docs/s`` window caps the migration at that
-  rate; closed stretches do no work (:func:`~migronaut_core.windows.seconds_to_work`).
+  each lane works ``f`` of the time, so the lanes do at most ``f`` times what each
+  would do alone, together (2 lanes at 0.5 on 2 cores: one lane's rate, 0.8 of
+  full speed); a ``docs/s`` window caps the migration at that rate; closed
+  stretches do no work (:func:`~migronaut_core.windows.seconds_to_work`).
   The budget (``background_budget``) caps it at the migration's weighted share,
   ``budget * priority / (sum of the priorities sharing it)``.
 - **The range** widens the expected rate by :data:`RATE_SPREAD` (the run-to-run
@@ -50,7 +52,7 @@ __all__ = [
 
 #: A lane's write costs this many times the same write timed in an aborted transaction
 #: (reading, the fenced checkpoint, the commit; calibrated by ``bench/estimate.py``).
-WRITE_FACTOR: Final = 1.6
+WRITE_FACTOR: Final = 1.35
 #: Each lane past the first adds this share of one lane's rate (up to the server's cores).
 LANE_GAIN: Final = 0.25
 #: The run-to-run swing of a lane's docs/s on a shared machine (docs/performance.md).
@@ -104,12 +106,22 @@ def budget_share(budget: int | None, priority: int, others: Sequence[int]) -> fl
     return budget * priority / max(1, priority + sum(others))
 
 
-def _rate_in(window: Window | None, full: float, share: float | None, paced: bool) -> float:
-    """Docs/s inside ``window`` (or without windows) at ``full`` speed, under ``share``;
-    ``paced``: at the window's own rate."""
+def _rate_in(
+    window: Window | None, full: float, share: float | None, paced: bool, lanes_alone: float
+) -> float:
+    """Docs/s inside ``window`` (or without windows) at ``full`` speed, under ``share``.
+
+    ``paced``: at the window's own rate. A fraction ``f`` makes each lane work ``f``
+    of the time, so the lanes together do at most ``f`` of what each would do alone
+    (``lanes_alone``: the lanes' count times one lane's rate), and never more than
+    ``full``: with several lanes, one's pause leaves the server to the others.
+    """
     rate = full
     if window is not None and paced:
-        rate = full * window.fraction if window.docs_per_s is None else min(full, window.docs_per_s)
+        if window.docs_per_s is None:
+            rate = min(full, window.fraction * lanes_alone)
+        else:
+            rate = min(full, window.docs_per_s)
     return rate if share is None else min(rate, share)
 
 
@@ -121,6 +133,7 @@ def duration_range(
     windows: Sequence[Window] = (),
     share: float | None = None,
     paced: bool = True,
+    lanes_alone: float | None = None,
     now: datetime,
 ) -> EtaRange:
     """How long ``documents`` take from ``now`` at ``full_rate`` docs/s, ± ``spread`` of it.
@@ -129,11 +142,15 @@ def duration_range(
     :param share: the budget's share for the migration (docs/s; None: no budget).
     :param paced: a window's rate applies (False: ``full_rate`` is already the rate
         inside windows, as a running pass measured it).
+    :param lanes_alone: what the lanes would do each alone, together (lanes times one
+        lane's rate); ``full_rate`` when not given (one lane).
     """
+    alone = full_rate if lanes_alone is None else lanes_alone
 
     def at(rate: float) -> float | None:
+        scaled = alone * rate / full_rate if full_rate > 0 else 0.0
         seconds = seconds_to_work(
-            windows, now, documents, lambda window: _rate_in(window, rate, share, paced)
+            windows, now, documents, lambda window: _rate_in(window, rate, share, paced, scaled)
         )
         return None if seconds is None else round(seconds, 1)
 

@@ -80,10 +80,12 @@ def estimate_migration(
     documents, at_least = count_matching(rt, job)
     costs = measure(rt, job, size)
     moment = now or rt.wall_clock()
-    rate = _rate(costs, counted_lanes, server_cores(rt))
+    cores = server_cores(rt)
+    rate = _rate(costs, counted_lanes, cores)
     budget = _budget(rt, name, spec)
     windows = rt.windows_of(spec)
-    eta = _eta(documents, rate, costs, windows=windows, budget=budget, now=moment)
+    alone = rate * counted_lanes / lane_speedup(counted_lanes, cores)
+    eta = _eta(documents, rate, alone, costs, windows=windows, budget=budget, now=moment)
     return MigrationEstimate(
         migration=name,
         collection=job.collection,
@@ -123,6 +125,7 @@ def _budget(rt: Runtime, name: str, spec: BackgroundSpec) -> BudgetView | None:
 def _eta(
     documents: int | None,
     rate: float,
+    alone: float,
     costs: SampledCosts,
     *,
     windows: tuple[Window, ...],
@@ -139,5 +142,6 @@ def _eta(
         RATE_SPREAD + 2 * costs.relative_error,
         windows=windows,
         share=None if budget is None else budget.share,
+        lanes_alone=alone,
         now=now,
     )

@@ -118,3 +118,13 @@ def test_the_live_range_works_the_rest_at_the_rate_of_the_open_time_so_far() -> 
 def test_the_live_range_is_untold_before_work_or_after_the_end() -> None:
     assert live_range(100, 0, NOON - timedelta(hours=1), NOON) is None
     assert live_range(0, 100, NOON - timedelta(hours=1), NOON) is None
+
+
+def test_a_fractional_window_slows_several_lanes_less_than_one() -> None:
+    # Two lanes reach 125 docs/s together, 100 each alone: at half time each,
+    # they do 100 together (one's pause leaves the server to the other).
+    half = parse_windows([{"from": "00:00", "to": "24:00", "rate": 0.5}])
+    two = duration_range(1000, 125.0, 0.0, windows=half, lanes_alone=200.0, now=NOON)
+    assert two.seconds == pytest.approx(10.0)
+    one = duration_range(1000, 100.0, 0.0, windows=half, lanes_alone=100.0, now=NOON)
+    assert one.seconds == pytest.approx(20.0)

@@ -12,7 +12,7 @@ import pytest
 from pymongo.database import Database
 
 from migronaut_core import MigrationEstimate, Migronaut
-from migronaut_core.background.eta import OPLOG_ENTRY_BYTES
+from migronaut_core.background.eta import OPLOG_ENTRY_BYTES, WRITE_FACTOR
 from migronaut_core.errors import ConfigInvalidError, TransactionsUnsupportedError
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
 
@@ -88,10 +88,12 @@ def test_only_the_documents_left_are_counted_and_more_lanes_go_faster(
 
     assert one.documents == two.documents == 150
     assert one.lanes == 1 and two.lanes == 2
-    per_doc_one = one.costs.transform_ms + 1.6 * one.costs.write_ms
+    per_doc_one = one.costs.transform_ms + WRITE_FACTOR * one.costs.write_ms
     assert one.docs_per_s == pytest.approx(1000 / per_doc_one, rel=0.01)
     # Per lane and cost, two lanes count for more than one (the machine has 2+ cores).
-    assert two.docs_per_s / (1000 / (two.costs.transform_ms + 1.6 * two.costs.write_ms)) > 1.0
+    assert (
+        two.docs_per_s / (1000 / (two.costs.transform_ms + WRITE_FACTOR * two.costs.write_ms)) > 1.0
+    )
 
 
 def test_the_budget_caps_the_rate_at_the_weighted_share_of_the_running_migrations(
