@@ -61,21 +61,10 @@ def estimate_migration(
     loaded = rt.load(name)
     state = rt.store.states.get(name, projection={"history": 0, "doc_errors": 0})
     spec = spec_of(name, loaded, state)
-    if spec.mode == "step":
-        raise ConfigInvalidError(
-            f"estimate of {name}: a step migration reports its own total as it runs; "
-            "only declarative and update migrations are estimated",
-            {"migration": name, "key": "mode"},
-        )
     counted_lanes = check_int(
         "lanes", spec.max_parallel if lanes is None else lanes, 1, label="estimate: lanes"
     )
-    if not rt.supports_transactions():
-        raise TransactionsUnsupportedError(
-            f"estimate of {name}: the write is timed in a transaction, which needs a replica "
-            "set or a sharded cluster; this server is standalone",
-            {"migration": name},
-        )
+    _check_estimable(rt, name, spec)
     job = dry_run_job(rt, name, loaded, state, steps=None, from_start=False)
     documents, at_least = count_matching(rt, job)
     costs = measure(rt, job, size)
@@ -101,6 +90,22 @@ def estimate_migration(
         budget=budget,
         costs=costs,
     )
+
+
+def _check_estimable(rt: Runtime, name: str, spec: BackgroundSpec) -> None:
+    """Refuse a step migration and a standalone server, before anything is read."""
+    if spec.mode == "step":
+        raise ConfigInvalidError(
+            f"estimate of {name}: a step migration reports its own total as it runs; "
+            "only declarative and update migrations are estimated",
+            {"migration": name, "key": "mode"},
+        )
+    if not rt.supports_transactions():
+        raise TransactionsUnsupportedError(
+            f"estimate of {name}: the write is timed in a transaction, which needs a replica "
+            "set or a sharded cluster; this server is standalone",
+            {"migration": name},
+        )
 
 
 def _rate(costs: SampledCosts, lanes: int, cores: int | None) -> float:
