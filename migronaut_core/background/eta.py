@@ -52,7 +52,7 @@ __all__ = [
 
 #: A lane's write costs this many times the same write timed in an aborted transaction
 #: (reading, the fenced checkpoint, the commit; calibrated by ``bench/estimate.py``).
-WRITE_FACTOR: Final = 1.35
+WRITE_FACTOR: Final = 1.6
 #: Each lane past the first adds this share of one lane's rate (up to the server's cores).
 LANE_GAIN: Final = 0.25
 #: The run-to-run swing of a lane's docs/s on a shared machine (docs/performance.md).
