@@ -42,6 +42,8 @@ from migronaut_core.background.drift.events import (
     next_drift_signal,
 )
 from migronaut_core.background.dry_run import DryRunReport, StepDryRunReport
+from migronaut_core.background.estimate import BudgetView, MigrationEstimate, SampledCosts
+from migronaut_core.background.eta import EtaRange
 from migronaut_core.background.failed import FailedDocument, FailedDocumentsView
 from migronaut_core.background.gate import MILESTONES as BACKGROUND_MILESTONES
 from migronaut_core.background.gate import GateVerdict, Milestone, WaitResult, judge_gate
@@ -156,6 +158,7 @@ __all__ = [
     "BrakeAction",
     "BrakeLogEntry",
     "BrakeView",
+    "BudgetView",
     "CanaryContext",
     "CanaryView",
     "CancelToken",
@@ -177,6 +180,7 @@ __all__ = [
     "Driver",
     "DryRunRefusedError",
     "DryRunReport",
+    "EtaRange",
     "FailedDocument",
     "FailedDocumentsView",
     "Finding",
@@ -195,6 +199,7 @@ __all__ = [
     "MetricsSink",
     "MigrationCatalog",
     "MigrationContext",
+    "MigrationEstimate",
     "MigrationFailedError",
     "MigrationFileNotFoundError",
     "MigrationInvalidExportError",
@@ -215,6 +220,7 @@ __all__ = [
     "RunResult",
     "RunnableMigration",
     "Runs",
+    "SampledCosts",
     "SliceOutcome",
     "SliceResult",
     "StallSignal",

@@ -29,7 +29,7 @@ where a moment stands.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Final
@@ -46,14 +46,17 @@ from migronaut_core.checks import (
 __all__ = [
     "ALWAYS_OPEN",
     "DAY_NAMES",
+    "HORIZON_DAYS",
     "MAX_DOCS_PER_S",
     "MIN_FRACTION",
     "Window",
     "WindowError",
     "WindowState",
     "docs_per_lane",
+    "open_seconds",
     "parse_windows",
     "rate_pause_s",
+    "seconds_to_work",
     "window_state",
 ]
 
@@ -263,7 +266,7 @@ def window_state(windows: Sequence[Window], now: datetime) -> WindowState:
     """
     if not windows:
         return ALWAYS_OPEN
-    moment = now.astimezone(UTC)
+    moment = _plain_utc(now)
     spans = sorted(
         (start, end, order)
         for order, window in enumerate(windows)
@@ -332,3 +335,65 @@ def docs_per_lane(window: Window | None, lanes: int) -> float | None:
     if window is None or window.docs_per_s is None:
         return None
     return window.docs_per_s / max(1, lanes)
+
+
+#: How far ahead :func:`seconds_to_work` looks before it gives up (a window that
+#: almost never opens, or a rate so low the work outlasts it).
+HORIZON_DAYS: Final = 366
+
+
+def seconds_to_work(
+    windows: Sequence[Window],
+    now: datetime,
+    documents: float,
+    rate: Callable[[Window | None], float],
+) -> float | None:
+    """Seconds from ``now`` until ``documents`` are done, working only while a window is open.
+
+    ``rate(window)`` is the documents per second inside ``window`` (``rate(None)``
+    without windows); closed stretches count as time that does no work. None
+    when the work does not end within :data:`HORIZON_DAYS` (or a rate is 0).
+    """
+    if documents <= 0:
+        return 0.0
+    start = _plain_utc(now)
+    horizon = start + timedelta(days=HORIZON_DAYS)
+    moment, left = start, float(documents)
+    while moment < horizon:
+        where = window_state(windows, moment)
+        if not where.open:
+            if where.opens_at is None:
+                return None
+            moment = where.opens_at
+            continue
+        per_s = rate(where.window)
+        end = where.closes_at or moment + timedelta(days=_DAYS_AHEAD - 2)
+        if per_s > 0:
+            stretch = (end - moment).total_seconds()
+            if per_s * stretch >= left:
+                return (moment - start).total_seconds() + left / per_s
+            left -= per_s * stretch
+        moment = end
+    return None
+
+
+def open_seconds(windows: Sequence[Window], start: datetime, end: datetime) -> float:
+    """Seconds between ``start`` and ``end`` during which a window was open (all, without)."""
+    moment, until = _plain_utc(start), _plain_utc(end)
+    total = 0.0
+    while moment < until:
+        where = window_state(windows, moment)
+        if not where.open:
+            if where.opens_at is None:
+                break
+            moment = where.opens_at
+            continue
+        stop = min(until, where.closes_at or moment + timedelta(days=_DAYS_AHEAD - 2))
+        total += (stop - moment).total_seconds()
+        moment = stop
+    return total
+
+
+def _plain_utc(moment: datetime) -> datetime:
+    """``moment`` as a standard-library UTC datetime (a pendulum one's sums lose their zone)."""
+    return datetime.fromtimestamp(moment.timestamp(), tz=UTC)

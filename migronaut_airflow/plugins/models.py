@@ -113,6 +113,16 @@ class WindowSchedule(BaseModel):
     closes_at: IsoTime = Field(None, description="open: when the open stretch ends")
 
 
+class EtaRange(BaseModel):
+    """A running pass's seconds left as a range (its rate so far, the windows to come)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    low_seconds: float | None = Field(None, description="at the faster end of the rate's spread")
+    seconds: float | None = Field(None, description="expected")
+    high_seconds: float | None = Field(None, description="at the slower end")
+
+
 class ValidatorState(BaseModel):
     """Where a finalizing migration's collection validator is (counts only, never ids)."""
 
@@ -183,6 +193,9 @@ class MigrationSummary(BaseModel):
         description="documents done so far in this pass (progress.done)",
     )
     eta_seconds: float | None
+    eta_range: EtaRange | None = Field(
+        None, description="while running: seconds left as a range, maintenance windows counted"
+    )
     live_leases: int = Field(description="lanes holding a live lease now")
     max_parallel: int | None = None
     partition_counts: dict[str, int] = Field(description="partitions of this pass by status")

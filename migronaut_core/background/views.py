@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, ParamSpec, TypeVar
 
 import pendulum
 
+from migronaut_core.background.eta import EtaRange, live_range
 from migronaut_core.background.failed import count_failed
 from migronaut_core.bson_values import json_safe
 from migronaut_core.clock import utc_now
@@ -294,6 +295,12 @@ class BackgroundStatusView:
     approval (:class:`CanaryView`; left out when the spec has none). ``window``: the
     maintenance windows its lanes keep and when the next opens or closes (left out
     when none apply, and once the migration completed, failed or was cancelled).
+    ``eta_range``: while it runs, the seconds left as a range
+    (:func:`~migronaut_core.background.eta.live_range`: this pass's rate over the
+    time a window was open, the rest worked in the windows to come, ± the
+    measured spread; left out when untold). ``eta_seconds`` stays the plain
+    figure (the rest at the average rate since the pass began, windows not
+    counted).
     ``undo``: ``journal`` when this registration is an undo from the journal
     (``direction`` is then ``revert``; the documents it left because they changed
     since are its failed documents, reason ``changed``); left out otherwise.
@@ -341,6 +348,7 @@ class BackgroundStatusView:
     canary: CanaryView | None = field(default=None, metadata=json_field(omit="none"))
     undo: str | None = field(default=None, metadata=json_field(omit="none"))
     window: WindowView | None = field(default=None, metadata=json_field(omit="none"))
+    eta_range: EtaRange | None = field(default=None, metadata=json_field(omit="none"))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape of the CLI's ``--json`` and the UI's JSON API."""
@@ -422,6 +430,8 @@ def status_view(
     pass_failed = sum(len(p.get("bad_ids") or []) for p in partitions) if unrolled else 0
     rate = average_rate(state, shown.done)
     mode = state.get("mode") or spec.get("mode")
+    moment = now or utc_now()
+    windows_kept = _windows_kept(spec, windows)
     return BackgroundStatusView(
         name=name,
         status=state.get("status"),
@@ -472,9 +482,22 @@ def status_view(
         canary=_canary(state, spec),
         undo=state.get("undo"),
         window=(
-            None if state.get("status") in _FINISHED else _window(spec, windows, now or utc_now())
+            None
+            if state.get("status") in _FINISHED or not windows_kept
+            else _window(windows_kept, spec.get("windows") is None, moment)
         ),
+        eta_range=_eta_range(state, shown, windows_kept or (), moment),
     )
+
+
+def _eta_range(
+    state: StateDocument, shown: ProgressView, windows: Sequence[Window], now: datetime
+) -> EtaRange | None:
+    """The live ETA range of a running pass counted against its plan; None otherwise."""
+    started = pass_started_at(state)
+    if state.get("status") != "running" or started is None or shown.source != "plan":
+        return None
+    return live_range(shown.estimate - shown.done, shown.done, started, now, windows)
 
 
 def _hold(state: StateDocument) -> HoldView | None:
@@ -499,18 +522,21 @@ def _hold(state: StateDocument) -> HoldView | None:
 _FINISHED: Final = frozenset({"completed", "failed", "cancelled"})
 
 
-def _window(spec: Document, default: Sequence[Window], now: datetime) -> WindowView | None:
+def _windows_kept(spec: Document, default: Sequence[Window]) -> tuple[Window, ...] | None:
     """The windows the lanes keep (the spec's own, else the target's); None when none do."""
     own = spec.get("windows")
     try:
         windows = tuple(default) if own is None else parse_windows(own)
     except WindowError:
         return None
-    if not windows:
-        return None
+    return windows or None
+
+
+def _window(windows: Sequence[Window], from_target: bool, now: datetime) -> WindowView:
+    """Where ``now`` stands against the windows the lanes keep."""
     where = window_state(windows, now)
     return WindowView(
-        source="target" if own is None else "spec",
+        source="target" if from_target else "spec",
         open=where.open,
         rate=None if where.window is None else where.window.rate_text(),
         opens_at=where.opens_at,

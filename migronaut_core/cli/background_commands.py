@@ -30,7 +30,7 @@ from migronaut_core import (
     parse_until,
 )
 from migronaut_core.background.control.actions import DONE, check_control
-from migronaut_core.cli.output import emit, print_findings, print_views
+from migronaut_core.cli.output import emit, print_estimate, print_findings, print_views
 from migronaut_core.cli.run_progress import RunProgress, cancel_on_interrupt
 
 #: ``background run``'s exit status when it stopped without completing
@@ -262,6 +262,17 @@ def wait(kit: Migronaut, args: argparse.Namespace) -> int:
     return {"reached": 0, "ended": NOT_COMPLETED_EXIT}.get(result.outcome, WAIT_TIMEOUT_EXIT)
 
 
+def estimate(kit: Migronaut, args: argparse.Namespace) -> int:
+    """How long a pass would take from now: a sample's costs under windows and budget."""
+    result = kit.background.estimate(args.name, sample=args.sample, lanes=args.lanes)
+    if args.json:
+        emit(result.to_dict())
+        return 0
+    print(f"estimate of {result.migration} on {result.collection} ({result.mode}); nothing written")
+    print_estimate(result)
+    return 0
+
+
 def dry_run(kit: Migronaut, args: argparse.Namespace) -> int:
     """Preview one on a few documents (or steps); write nothing."""
     report = kit.background.dry_run(
@@ -273,8 +284,9 @@ def dry_run(kit: Migronaut, args: argparse.Namespace) -> int:
         from_start=args.from_start,
     )
     data = report.to_dict()
+    estimated = kit.background.estimate(args.name) if args.estimate else None
     if args.json:
-        emit(data)
+        emit(data if estimated is None else {**data, "pass_estimate": estimated.to_dict()})
         return 0
     if isinstance(report, StepDryRunReport):
         _print_step_dry_run(data)
@@ -303,6 +315,9 @@ def dry_run(kit: Migronaut, args: argparse.Namespace) -> int:
         f"{totals['unchanged']} unchanged, {totals['errors']} error(s); "
         f"{'at least ' if report.at_least else ''}{matching} match in all"
     )
+    if estimated is not None:
+        print("estimate of the whole pass (a sample of its own):")
+        print_estimate(estimated)
     return 0
 
 

@@ -10,7 +10,7 @@ import json
 import sys
 from typing import Any
 
-from migronaut_core import Finding, MigronautError
+from migronaut_core import Finding, MigrationEstimate, MigronautError
 
 
 def emit(payload: Any) -> None:
@@ -110,6 +110,62 @@ def _eta_text(seconds: Any) -> str:
     if seconds < 7200:
         return f"{round(seconds / 60)}m"
     return f"{round(seconds / 3600)}h"
+
+
+def print_estimate(result: MigrationEstimate) -> None:
+    """Print an estimate as a two-column table (``background estimate``, ``--estimate``)."""
+    costs, eta = result.costs, result.eta
+    documents = "?" if result.documents is None else f"{result.documents:,}"
+    rows = [
+        ("documents to migrate", f"{'at least ' if result.at_least else ''}{documents}"),
+        ("sampled", f"{costs.documents} ({costs.failed} would fail)"),
+        ("transform per document", f"{costs.transform_ms:.3f} ms"),
+        ("write per document", f"{costs.write_ms:.3f} ms (in an aborted transaction)"),
+        ("document size", f"{costs.before_bytes:,.0f} -> {costs.after_bytes:,.0f} bytes"),
+        ("oplog", _oplog_text(result.oplog_bytes, costs.oplog_bytes)),
+        ("lanes", str(result.lanes)),
+        ("rate at full speed", f"{result.docs_per_s:,.0f} docs/s"),
+    ]
+    if result.budget is not None:
+        budget = result.budget
+        rows.append(
+            (
+                "budget",
+                f"{budget.share:,.0f} of {budget.docs_per_s:,} docs/s (priority "
+                f"{budget.priority}, {len(budget.others)} other running migration(s))",
+            )
+        )
+    if result.windows is not None:
+        rows.append(("windows", f"the {result.windows}'s: closed time does no work"))
+    rows.append(("duration", _range_text(eta.seconds, eta.low_seconds, eta.high_seconds)))
+    if result.finishes_at is not None:
+        rows.append(("finishes at", result.finishes_at.strftime("%Y-%m-%d %H:%M UTC")))
+    for label, value in rows:
+        print(f"  {label:<24} {value}")
+
+
+def _oplog_text(total: int | None, per_document: float) -> str:
+    shown = "?" if total is None else f"{total / 2**20:,.1f} MiB"
+    return f"{shown} ({per_document:,.0f} bytes per document)"
+
+
+def _range_text(seconds: float | None, low: float | None, high: float | None) -> str:
+    if seconds is None:
+        return "unknown (no count, nothing timed, or beyond a year of windows)"
+    return f"{duration_text(seconds)} ({duration_text(low)} to {duration_text(high)})"
+
+
+def duration_text(seconds: float | None) -> str:
+    """A duration as ``45s``, ``12m``, ``3.5h`` or ``2.1d``; ``?`` when not known."""
+    if seconds is None:
+        return "?"
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 172_800:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86_400:.1f}d"
 
 
 def print_findings(findings: list[Finding], *, as_json: bool) -> None:

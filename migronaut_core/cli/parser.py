@@ -84,6 +84,11 @@ def _add_runner_commands(commands: Any) -> None:
     _add_run_options(down, runner.down)
     for command in (up, down):
         command.add_argument("--plan", action="store_true", help="preview; write nothing")
+    up.add_argument(
+        "--estimate",
+        action="store_true",
+        help="with --plan: estimate each background migration it would register",
+    )
 
     baseline = commands.add_parser(
         "baseline", help="record migrations up to NAME as applied without running them"
@@ -146,6 +151,42 @@ def _add_run_options(command: argparse.ArgumentParser, handler: Handler) -> None
     command.set_defaults(handler=handler)
 
 
+def _add_dry_run(action: Callable[..., argparse.ArgumentParser]) -> None:
+    """Add ``migronaut background dry-run NAME``."""
+    dry_run = action("dry-run", background.dry_run, "preview one on a few documents; write nothing")
+    picked = dry_run.add_mutually_exclusive_group()
+    picked.add_argument("--sample", type=int, metavar="N", help="N random documents (default 20)")
+    picked.add_argument("--first", type=int, metavar="N", help="the first N documents by _id")
+    dry_run.add_argument(
+        "--validate",
+        action="store_true",
+        help="also run the write path in a transaction that is always aborted",
+    )
+    picked.add_argument("--steps", type=int, metavar="N", help="(step mode) run N steps")
+    dry_run.add_argument("--from-start", action="store_true", help="(step mode) from no checkpoint")
+    dry_run.add_argument(
+        "--estimate",
+        action="store_true",
+        help="also estimate the whole pass (background estimate: a sample of 1000)",
+    )
+
+
+def _add_estimate(action: Callable[..., argparse.ArgumentParser]) -> None:
+    """Add ``migronaut background estimate NAME``."""
+    estimate = action(
+        "estimate",
+        background.estimate,
+        "documents, per-document cost, oplog volume and duration under windows and budget "
+        "(a sample; writes nothing)",
+    )
+    estimate.add_argument(
+        "--sample", type=int, metavar="N", help="documents to sample (default 1000, 10-10000)"
+    )
+    estimate.add_argument(
+        "--lanes", type=int, metavar="N", help="lanes to count (default: its max_parallel)"
+    )
+
+
 def _add_background_commands(actions: Any) -> None:
     """Add ``migronaut background ACTION``."""
 
@@ -204,17 +245,8 @@ def _add_background_commands(actions: Any) -> None:
 
     _add_wait(action)
 
-    dry_run = action("dry-run", background.dry_run, "preview one on a few documents; write nothing")
-    picked = dry_run.add_mutually_exclusive_group()
-    picked.add_argument("--sample", type=int, metavar="N", help="N random documents (default 20)")
-    picked.add_argument("--first", type=int, metavar="N", help="the first N documents by _id")
-    dry_run.add_argument(
-        "--validate",
-        action="store_true",
-        help="also run the write path in a transaction that is always aborted",
-    )
-    picked.add_argument("--steps", type=int, metavar="N", help="(step mode) run N steps")
-    dry_run.add_argument("--from-start", action="store_true", help="(step mode) from no checkpoint")
+    _add_dry_run(action)
+    _add_estimate(action)
 
     _add_brake_commands(action)
 

@@ -10,10 +10,19 @@ except a ``--plan`` that shows a refusal: it exits with that error's code; and
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from typing import Any
 
-from migronaut_core import ConvergeReport, Migronaut, RunPlan, RunResult, StatusRow
-from migronaut_core.cli.output import emit, print_findings
+from migronaut_core import (
+    ConvergeReport,
+    MigrationEstimate,
+    Migronaut,
+    MigronautError,
+    RunPlan,
+    RunResult,
+    StatusRow,
+)
+from migronaut_core.cli.output import emit, print_estimate, print_findings
 from migronaut_core.runner import MigrationResult
 
 #: ``audit``'s exit status when a finding is an error (warnings alone exit 0).
@@ -26,7 +35,8 @@ def up(kit: Migronaut, args: argparse.Namespace) -> int:
         plan = kit.runs.plan_up(
             to=args.to, only=args.only, allow_checksum_mismatch=args.allow_checksum_mismatch
         )
-        return _print_plan(plan, as_json=args.json)
+        estimates = _estimates(kit, plan) if args.estimate else None
+        return _print_plan(plan, as_json=args.json, estimates=estimates)
     result = kit.runs.up(
         to=args.to,
         only=args.only,
@@ -128,10 +138,36 @@ def _print_run(result: RunResult, *, as_json: bool) -> None:
         print(f"stopped    {result.stopped_at} waits for background migrations")
 
 
-def _print_plan(plan: RunPlan, *, as_json: bool) -> int:
-    """Print a plan; the exit status is its refusal's code (0 when the run would go)."""
+def _estimates(kit: Migronaut, plan: RunPlan) -> dict[str, MigrationEstimate | MigronautError]:
+    """The estimate of each background migration the plan would register, or why none."""
+    found: dict[str, MigrationEstimate | MigronautError] = {}
+    for item in plan.migrations:
+        if item.action != "register" or item.refusal is not None:
+            continue
+        try:
+            found[item.name] = kit.background.estimate(item.name)
+        except MigronautError as exc:
+            found[item.name] = exc
+    return found
+
+
+def _print_plan(
+    plan: RunPlan,
+    *,
+    as_json: bool,
+    estimates: Mapping[str, MigrationEstimate | MigronautError] | None = None,
+) -> int:
+    """Print a plan; the exit status is its refusal's code (0 when the run would go).
+
+    ``estimates`` (``up --plan --estimate``): each is printed under its migration;
+    the JSON gains ``estimates`` by name (an error's ``{code, message}`` where
+    there is none).
+    """
     if as_json:
-        emit(plan.to_dict())
+        data = plan.to_dict()
+        if estimates is not None:
+            data["estimates"] = {name: _estimate_json(found) for name, found in estimates.items()}
+        emit(data)
     else:
         if not plan.migrations:
             print("nothing to do")
@@ -145,10 +181,21 @@ def _print_plan(plan: RunPlan, *, as_json: bool) -> int:
             if item.refusal is not None:
                 line += f"  REFUSED: {item.refusal.code}"
             print(line)
+            found = (estimates or {}).get(item.name)
+            if isinstance(found, MigrationEstimate):
+                print_estimate(found)
+            elif found is not None:
+                print(f"  not estimated: {found.code}: {found.message}")
         if plan.refusal is not None:
             refusal = plan.refusal
             print(f"the run would be refused: {type(refusal).__name__}: {refusal.message}")
     return 0 if plan.refusal is None else plan.refusal.exit_code
+
+
+def _estimate_json(found: MigrationEstimate | MigronautError) -> dict[str, Any]:
+    if isinstance(found, MigrationEstimate):
+        return found.to_dict()
+    return {"code": found.code, "message": found.message}
 
 
 def _print_converge(report: ConvergeReport, *, as_json: bool) -> None:

@@ -7,7 +7,7 @@ slices and in-process runs, the typed status views and reads (reads only), the
 one control entry point (:meth:`Background.control`: pause, resume, cancel,
 retry — of everything left, or of the failed documents only —, repin, unlock,
 undo), the failed documents (:meth:`Background.failed`), the target-wide brake,
-the dry run, the background audit and the engine's
+the dry run, the estimate, the background audit and the engine's
 events.
 """
 
@@ -35,6 +35,7 @@ from migronaut_core.background.coordinator import (
 )
 from migronaut_core.background.dry_run import DryRunReport, StepDryRunReport
 from migronaut_core.background.dry_run import dry_run as preview
+from migronaut_core.background.estimate import MigrationEstimate, estimate_migration
 from migronaut_core.background.events import Listener
 from migronaut_core.background.failed import DEFAULT_FAILED_LIMIT, FailedDocumentsView, read_failed
 from migronaut_core.background.gate import MILESTONES, Milestone, WaitResult, wait_for_milestone
@@ -478,6 +479,24 @@ class Background:
             steps=steps,
             from_start=from_start,
         )
+
+    def estimate(
+        self, name: str, *, sample: int | None = None, lanes: int | None = None
+    ) -> MigrationEstimate:
+        """How long a background migration's pass would take from now; writes nothing.
+
+        Counts the documents its pass matches, samples ``sample`` of them (1,000 by
+        default, 10 to 10,000) to time the transform and the guarded write (in a
+        transaction that is always aborted) and size the oplog, and tells the
+        duration with ``lanes`` lanes (default: its ``max_parallel``) under its
+        maintenance windows and the target's budget, as an expected time and a
+        low-high range. Registered or only a file, like :meth:`dry_run`.
+
+        :raises ConfigInvalidError: a bad option, or a step migration.
+        :raises TransactionsUnsupportedError: a standalone server.
+        """
+        files.validate_name(name)
+        return estimate_migration(self._kit._runtime, name, sample=sample, lanes=lanes)
 
     # -- audit ---------------------------------------------------------------------------
 

@@ -13,6 +13,8 @@ from migronaut_core.background.cancel import CancelToken
 from migronaut_core.background.control import actions
 from migronaut_core.background.coordinator import Answer
 from migronaut_core.background.dry_run import DryRunReport, StepDryRunReport
+from migronaut_core.background.estimate import MigrationEstimate
+from migronaut_core.background.eta import EtaRange
 from migronaut_core.background.failed import FailedDocument, FailedDocumentsView
 from migronaut_core.background.indexes import ConvergeReport
 from migronaut_core.background.lanes.lane import SliceResult
@@ -34,6 +36,8 @@ from migronaut_core.scrub import redact_uri
         BackgroundStatusView,
         FailedDocument,
         FailedDocumentsView,
+        MigrationEstimate,
+        EtaRange,
     ],
     ids=lambda exported: exported.__name__,
 )

@@ -100,10 +100,15 @@ window.Migronaut = (function () {
     return secs + "s";
   }
 
-  // A running migration's ETA; outside every maintenance window, what it waits for.
+  // A running migration's ETA (its low–high range when told); outside every maintenance
+  // window, what it waits for.
   function eta(m) {
     if (m.status !== "running") return "–";
     if (m.window && !m.window.open && m.held) return m.held;
+    const range = m.eta_range;
+    if (range && range.low_seconds != null && range.high_seconds != null) {
+      return duration(range.low_seconds) + " – " + duration(range.high_seconds);
+    }
     return duration(m.eta_seconds);
   }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pendulum
 import pytest
 
 from migronaut_core.windows import (
@@ -271,3 +272,18 @@ def test_documents_per_second_are_shared_by_the_lanes() -> None:
     assert docs_per_lane(window, 0) == 1000
     assert docs_per_lane(one(rate=0.5, **{"from": "01:00", "to": "02:00"}), 4) is None
     assert rate_pause_s(window, 1.0) == 0.0  # paced by batch size instead
+
+
+def test_a_pendulum_now_is_judged_like_a_standard_one() -> None:
+    # The runtime's wall clock answers pendulum times, whose sums with a timedelta
+    # lose their zone: an open window's end was then naive and raised TypeError.
+    windows = parse_windows([{"from": "00:00", "to": "24:00", "rate": 0.5}])
+    now = pendulum.datetime(2026, 6, 1, 12, 0, tz="UTC")
+    state = window_state(windows, now)
+    assert state.open and state.window is not None and state.window.fraction == 0.5
+    assert state.closes_at is None  # open all week: no end within the horizon
+    nightly = parse_windows([{"from": "22:00", "to": "06:00"}])
+    assert window_state(nightly, now).opens_at == at("2026-06-01T22:00:00")
+    assert window_state(nightly, pendulum.instance(at("2026-06-01T23:00:00"))).closes_at == at(
+        "2026-06-02T06:00:00"
+    )

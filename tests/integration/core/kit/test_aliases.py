@@ -37,6 +37,7 @@ _VOLATILE = {
     "host",
     "pid",
     "eta_seconds",
+    "eta_range",
     "average_docs_per_second",
 }
 
