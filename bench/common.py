@@ -43,6 +43,12 @@ MIGRATION_NAME = "20260101000000_bench_split_names"
 #: Where an existing replica set may be given instead of starting one.
 URI_ENV = "MIGRONAUT_BENCH_URI"
 
+#: The health setting of bench's migrations: the defaults, but the oplog window. The
+#: bench's ``mongod`` is a fresh set whose default-sized oplog a 1M rewrite fills
+#: within minutes; its window then spans those minutes, far below the hard limit of
+#: an hour, and every lane would hold (the signal doing its job on a real cluster).
+HEALTH = '"health": {"oplog_window_s": False},'
+
 MIGRATION_SOURCE = """\
 description = "bench: split users.name into first and last"
 
@@ -52,6 +58,7 @@ background = {{
     "to": 2,
     "batch_size": {batch_size},
     "revision_field": "rev",
+    {health}
 }}
 
 
@@ -325,7 +332,9 @@ def migrations_dir(
     """
     directory = Path(tempfile.mkdtemp(prefix="migronaut-bench-migrations-"))
     atexit.register(shutil.rmtree, directory, ignore_errors=True)
-    text = MIGRATION_SOURCE.format(batch_size=batch_size) if source is None else source
+    text = (
+        MIGRATION_SOURCE.format(batch_size=batch_size, health=HEALTH) if source is None else source
+    )
     (directory / f"{name}.py").write_text(text)
     return directory
 

@@ -93,6 +93,7 @@ def update_source(batch_size: int | None) -> str:
         '    "to": 2,\n'
         '    "revision_field": "rev",\n'
         '    "max_parallel": 4,\n'
+        f"    {common.HEALTH}\n"
         f"{sized}"
         f'    "update": {SPLIT_STAGES!r},\n'
         "}\n"
