@@ -349,7 +349,9 @@ def scaling(sizes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per contender run at the smallest and the largest size: how its rate and memory grew.
 
     Linear time is a ``docs/s`` ratio near 1 (the rate does not fall with size);
-    flat memory is a peak RSS ratio near 1 (nothing held grows with size).
+    flat memory is a peak RSS ratio near 1 (nothing held grows with size). A row's
+    peak is the process's, so it includes what an earlier contender left (the
+    ceiling's cursor); ``rss_growth_mib`` is what the run itself added.
     """
     if len(sizes) < 2:
         return []
@@ -368,6 +370,7 @@ def scaling(sizes: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "rate_ratio": common.ratio(row["docs_per_s"], base["docs_per_s"]),
                 "peak_rss_mib": [base["peak_rss_mib"], row["peak_rss_mib"]],
                 "rss_ratio": common.ratio(row["peak_rss_mib"] or 0, base["peak_rss_mib"] or 0),
+                "rss_growth_mib": [base["rss_growth_mib"], row["rss_growth_mib"]],
             }
         )
     return rows
@@ -539,6 +542,8 @@ def render_scaling(rows: list[dict[str, Any]]) -> str:
             "peak RSS MiB",
             "at",
             "RSS ratio",
+            "RSS +MiB",
+            "at",
         ],
         [
             [
@@ -549,6 +554,8 @@ def render_scaling(rows: list[dict[str, Any]]) -> str:
                 row["peak_rss_mib"][0],
                 row["peak_rss_mib"][1],
                 row["rss_ratio"],
+                row["rss_growth_mib"][0],
+                row["rss_growth_mib"][1],
             ]
             for row in rows
         ],

@@ -86,6 +86,7 @@ def test_a_scaling_pass_compares_each_contender_at_both_sizes_without_the_slow_l
     assert engine["docs"] == [DOCS, 2 * DOCS]
     assert engine["rate_ratio"] == pytest.approx(engine["docs_per_s"][1] / engine["docs_per_s"][0])
     assert engine["rss_ratio"] > 0
+    assert len(engine["rss_growth_mib"]) == 2
 
 
 def test_the_server_seeds_exactly_the_documents_the_client_would_insert(
