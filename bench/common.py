@@ -28,6 +28,7 @@ from typing import Any, TextIO
 import psutil
 from pymongo import MongoClient
 from pymongo.database import Database
+from pymongo.errors import OperationFailure
 
 from migronaut_core import Migronaut
 from migronaut_dev.mongod import start_replica_set
@@ -42,6 +43,12 @@ MIGRATION_NAME = "20260101000000_bench_split_names"
 #: Where an existing replica set may be given instead of starting one.
 URI_ENV = "MIGRONAUT_BENCH_URI"
 
+#: The health setting of bench's migrations: the defaults, but the oplog window. The
+#: bench's ``mongod`` is a fresh set whose default-sized oplog a 1M rewrite fills
+#: within minutes; its window then spans those minutes, far below the hard limit of
+#: an hour, and every lane would hold (the signal doing its job on a real cluster).
+HEALTH = '"health": {"oplog_window_s": False},'
+
 MIGRATION_SOURCE = """\
 description = "bench: split users.name into first and last"
 
@@ -51,6 +58,7 @@ background = {{
     "to": 2,
     "batch_size": {batch_size},
     "revision_field": "rev",
+    {health}
 }}
 
 
@@ -253,16 +261,49 @@ def user(i: int) -> dict[str, Any]:
 
 
 def seed(db: Database[dict[str, Any]], count: int) -> float:
-    """Insert ``count`` users (unordered chunks of 10k) and the version index; seconds taken."""
+    """Insert ``count`` users and the version index; seconds taken.
+
+    Generated on the server (:func:`seed_on_server`), 1.5x faster than sending them
+    (0.65 against 1.0 s per 100k measured side by side) and nothing to encode in
+    Python, which is what makes a 10M pass worth seeding; a server older than 5.1
+    (no ``$documents``) gets them as unordered ``insert_many`` chunks of 10k.
+    """
     started = time.perf_counter()
     users = db[COLLECTION]
     users.drop()
-    for offset in range(0, count, SEED_CHUNK):
-        users.insert_many(
-            [user(i) for i in range(offset, min(count, offset + SEED_CHUNK))], ordered=False
-        )
+    try:
+        seed_on_server(db, count)
+    except OperationFailure:
+        users.drop()
+        for offset in range(0, count, SEED_CHUNK):
+            users.insert_many(
+                [user(i) for i in range(offset, min(count, offset + SEED_CHUNK))], ordered=False
+            )
     users.create_index(VERSION_INDEX)
     return time.perf_counter() - started
+
+
+def seed_on_server(db: Database[dict[str, Any]], count: int) -> None:
+    """:func:`user` for ``0 … count-1``, built and inserted by the server, 100k per pass."""
+    chunk = 100_000
+    number = {"$toString": "$i"}
+    for low in range(0, count, chunk):
+        db.aggregate(
+            [
+                {"$documents": [{"i": {"$range": [low, min(count, low + chunk)]}}]},
+                {"$unwind": "$i"},
+                {
+                    "$replaceWith": {
+                        "_id": "$i",
+                        "name": {"$concat": ["First", number, " Last", number]},
+                        "_v": 1,
+                        "rev": 0,
+                        "n": "$i",
+                    }
+                },
+                {"$merge": {"into": COLLECTION, "whenMatched": "fail"}},
+            ]
+        )
 
 
 def check_migrated(db: Database[dict[str, Any]], count: int, contender: str) -> None:
@@ -291,7 +332,9 @@ def migrations_dir(
     """
     directory = Path(tempfile.mkdtemp(prefix="migronaut-bench-migrations-"))
     atexit.register(shutil.rmtree, directory, ignore_errors=True)
-    text = MIGRATION_SOURCE.format(batch_size=batch_size) if source is None else source
+    text = (
+        MIGRATION_SOURCE.format(batch_size=batch_size, health=HEALTH) if source is None else source
+    )
     (directory / f"{name}.py").write_text(text)
     return directory
 

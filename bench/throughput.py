@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         "mongod": version,
         "machine": common.machine(),
         "load_average_before_after": [load_before, common.load_average()],
-        "reset": "a fresh database seeded per contender (insert_many, 10k chunks, unordered)",
+        "reset": "a fresh database seeded per contender (bench.common.seed)",
         "seed_seconds": seeding,
         "contenders": rows,
     }

@@ -34,7 +34,7 @@ def run_once(
     common.seed(db, count)
     source = JOURNALED_SOURCE if journal else None
     directory = common.migrations_dir(
-        source=source.format(batch_size=common.BATCH_SIZE) if source else None
+        source=source.format(batch_size=common.BATCH_SIZE, health=common.HEALTH) if source else None
     )
     row: dict[str, Any] = {"contender": label}
     with common.kit(uri, db.name, directory) as k:

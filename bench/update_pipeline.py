@@ -31,9 +31,15 @@ run fails loudly: a broken run, not a slow one). Rows report docs/s, the ratio t
 per size, planning — the first coordinator step, as :mod:`bench.planning` times it —
 of the update-pipeline migration next to the Python one on the same data.
 
+With more than one size, a last table compares each contender at the largest size
+with itself at the smallest: its docs/s (linear time: a ratio near 1) and its peak
+RSS (flat memory: a ratio near 1). ``--sizes 1m,10m --lanes 1,2 --skip
+ceiling,ranges,planning`` is the 10M pass: the ceiling and the range loops would
+take most of an hour there and add nothing to the scaling.
+
 Usage: ``python -m bench.update_pipeline [--sizes 100k,1m] [--lanes 1,2,4] [--ranges 500,2000]
-[--in-lists N,…] [--python-lanes K,…] [--batch-size N] [--rounds 1] [--skip engine,planning]
-[--json]``.
+[--in-lists N,…] [--python-lanes K,…] [--batch-size N] [--rounds 1]
+[--skip engine,planning,ceiling,ranges] [--json]``.
 """
 
 from __future__ import annotations
@@ -87,6 +93,7 @@ def update_source(batch_size: int | None) -> str:
         '    "to": 2,\n'
         '    "revision_field": "rev",\n'
         '    "max_parallel": 4,\n'
+        f"    {common.HEALTH}\n"
         f"{sized}"
         f'    "update": {SPLIT_STAGES!r},\n'
         "}\n"
@@ -148,13 +155,13 @@ def _listed(users: Collection[dict[str, Any]], ids: list[Any]) -> int:
 
 
 def raw_contenders(
-    batches: list[int] = RANGE_BATCHES, listed: Sequence[int] = ()
+    batches: Sequence[int] = RANGE_BATCHES, listed: Sequence[int] = (), *, ceiling: bool = True
 ) -> dict[str, Callable[[Collection[dict[str, Any]]], int]]:
-    """Label -> the loop, documents written; the ceiling first."""
-    loops: dict[str, Callable[[Collection[dict[str, Any]]], int]] = {
-        CEILING: throughput.ceiling,
-        WHOLE: whole,
-    }
+    """Label -> the loop, documents written; the ceiling (unless left out) first."""
+    loops: dict[str, Callable[[Collection[dict[str, Any]]], int]] = {}
+    if ceiling:
+        loops[CEILING] = throughput.ceiling
+    loops[WHOLE] = whole
     for size in batches:
         loops[f"update_many, ranges of {size:,}"] = functools.partial(ranges, size=size)
     for size in listed:
@@ -258,8 +265,13 @@ def plan_both(
 # -- one size ------------------------------------------------------------------------------
 
 
+def _raw(args: argparse.Namespace) -> dict[str, Callable[[Collection[dict[str, Any]]], int]]:
+    batches = [] if "ranges" in args.skip else args.ranges
+    return raw_contenders(batches, args.in_lists, ceiling="ceiling" not in args.skip)
+
+
 def contenders(args: argparse.Namespace) -> list[str]:
-    labels = list(raw_contenders(args.ranges, args.in_lists))
+    labels = list(_raw(args))
     if "engine" not in args.skip:
         labels += [f"engine update x{k}" for k in args.lanes]
         labels += [f"engine python x{k}" for k in args.python_lanes]
@@ -274,7 +286,7 @@ def one_round(
     args: argparse.Namespace,
 ) -> dict[str, dict[str, Any]]:
     """Every contender once at ``count`` documents, each on a freshly seeded database."""
-    loops = raw_contenders(args.ranges, args.in_lists)
+    loops = _raw(args)
     rows: dict[str, dict[str, Any]] = {}
     for label in order:
         db = common.fresh_db(client, "update_pipeline")
@@ -289,9 +301,12 @@ def one_round(
         common.log(f"{label}: {row['docs_per_s']:,.0f} docs/s")
         rows[label] = row
         client.drop_database(db.name)
+    ceiling = rows.get(CEILING)
     for row in rows.values():
         row["ratio_to_update_many"] = common.ratio(row["docs_per_s"], rows[WHOLE]["docs_per_s"])
-        row["ratio_to_ceiling"] = common.ratio(row["docs_per_s"], rows[CEILING]["docs_per_s"])
+        row["ratio_to_ceiling"] = (
+            None if ceiling is None else common.ratio(row["docs_per_s"], ceiling["docs_per_s"])
+        )
     return rows
 
 
@@ -316,13 +331,49 @@ def measure(
                 "ratio_to_update_many": statistics.median(
                     run["ratio_to_update_many"] for run in runs
                 ),
-                "ratio_to_ceiling": statistics.median(run["ratio_to_ceiling"] for run in runs),
+                "ratio_to_ceiling": _median_or_none([run["ratio_to_ceiling"] for run in runs]),
                 "peak_rss_mib": max(run["peak_rss_mib"] or 0 for run in runs),
                 "rss_growth_mib": max(run["rss_growth_mib"] or 0 for run in runs),
                 "runs": runs,
             }
         )
     return {"docs": count, "rounds": len(rounds), "contenders": rows}
+
+
+def _median_or_none(values: list[float | None]) -> float | None:
+    known = [value for value in values if value is not None]
+    return statistics.median(known) if known else None
+
+
+def scaling(sizes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per contender run at the smallest and the largest size: how its rate and memory grew.
+
+    Linear time is a ``docs/s`` ratio near 1 (the rate does not fall with size);
+    flat memory is a peak RSS ratio near 1 (nothing held grows with size). A row's
+    peak is the process's, so it includes what an earlier contender left (the
+    ceiling's cursor); ``rss_growth_mib`` is what the run itself added.
+    """
+    if len(sizes) < 2:
+        return []
+    small, large = min(sizes, key=lambda s: s["docs"]), max(sizes, key=lambda s: s["docs"])
+    before = {row["contender"]: row for row in small["contenders"]}
+    rows = []
+    for row in large["contenders"]:
+        base = before.get(row["contender"])
+        if base is None:
+            continue
+        rows.append(
+            {
+                "contender": row["contender"],
+                "docs": [base["docs"], row["docs"]],
+                "docs_per_s": [base["docs_per_s"], row["docs_per_s"]],
+                "rate_ratio": common.ratio(row["docs_per_s"], base["docs_per_s"]),
+                "peak_rss_mib": [base["peak_rss_mib"], row["peak_rss_mib"]],
+                "rss_ratio": common.ratio(row["peak_rss_mib"] or 0, base["peak_rss_mib"] or 0),
+                "rss_growth_mib": [base["rss_growth_mib"], row["rss_growth_mib"]],
+            }
+        )
+    return rows
 
 
 def best_engine_ratio(size: dict[str, Any], lanes: tuple[int, ...] = (1, 2)) -> float | None:
@@ -340,7 +391,7 @@ def best_engine_ratio(size: dict[str, Any], lanes: tuple[int, ...] = (1, 2)) -> 
 
 def _skips(text: str) -> list[str]:
     skips = [part.strip() for part in text.split(",") if part.strip()]
-    unknown = set(skips) - {"engine", "planning"}
+    unknown = set(skips) - {"engine", "planning", "ceiling", "ranges"}
     if unknown:
         raise argparse.ArgumentTypeError(f"cannot skip {', '.join(sorted(unknown))}")
     return skips
@@ -384,7 +435,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=1, help="rounds per size (default 1)")
     ap.add_argument("--repeat", type=int, default=3, help="plannings per mode (default 3)")
     ap.add_argument(
-        "--skip", type=_skips, default=[], help="leave out engine and/or planning (a,b)"
+        "--skip",
+        type=_skips,
+        default=[],
+        help="leave out any of engine, planning, ceiling, ranges (a,b)",
     )
     args = ap.parse_args(argv)
     load_before = common.load_average()
@@ -398,6 +452,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     for size in sizes:
         size["best_engine_ratio_1_or_2_lanes"] = best_engine_ratio(size)
+    scaled = scaling(sizes)
     payload = {
         "benchmark": "update_pipeline",
         "mongod": version,
@@ -406,9 +461,11 @@ def main(argv: list[str] | None = None) -> int:
         "target_ratio_to_update_many": TARGET_RATIO,
         "load_average_before_after": [load_before, common.load_average()],
         "sizes": sizes,
+        "scaling": scaled,
         "planning": plans,
     }
     text = render(sizes, plans, version)
+    text += render_scaling(scaled)
     text += f"\nload average (1 min) before/after: {load_before:.2f} / {common.load_average():.2f}"
     common.report(args, payload, text)
     return 0
@@ -470,6 +527,41 @@ def render(sizes: list[dict[str, Any]], plans: list[dict[str, Any]], version: st
             )
         )
     return "\n".join(parts)
+
+
+def render_scaling(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return ""
+    small, large = rows[0]["docs"]
+    table = common.table(
+        [
+            "contender",
+            f"docs/s at {small:,}",
+            f"at {large:,}",
+            "rate ratio",
+            "peak RSS MiB",
+            "at",
+            "RSS ratio",
+            "RSS +MiB",
+            "at",
+        ],
+        [
+            [
+                row["contender"],
+                round(row["docs_per_s"][0]),
+                round(row["docs_per_s"][1]),
+                row["rate_ratio"],
+                row["peak_rss_mib"][0],
+                row["peak_rss_mib"][1],
+                row["rss_ratio"],
+                row["rss_growth_mib"][0],
+                row["rss_growth_mib"][1],
+            ]
+            for row in rows
+        ],
+    )
+    title = f"scaling, {large:,} against {small:,} documents (1.00: linear time, flat memory)"
+    return f"\n\n{title}\n{table}"
 
 
 if __name__ == "__main__":

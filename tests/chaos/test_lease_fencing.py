@@ -133,7 +133,13 @@ def test_a_frozen_lane_past_its_ttl_cannot_checkpoint_after_a_takeover(
         if entry["method"] == "settle_inflight"
     ]
     assert len(settled) == 1 and settled[0]["ok"]
-    assert settled[0]["migrated"] == would_double_count
+    # An update-pipeline lane has a second batch in flight behind the refused
+    # checkpoint's, named by the same note: written, never to be checkpointed by the
+    # frozen lane (its refused checkpoint stops it), so counted by the taker too.
+    noted = len(seen["inflight"]["ids"])
+    behind = noted - would_double_count if mode == "update" else 0
+    assert mode != "update" or noted == 2 * 100
+    assert settled[0]["migrated"] == would_double_count + behind
 
     reopened = drive_remaining(mongo_uri, db.name, migrations)
     view = assert_nothing_lost(db, mongo_uri, migrations, app, TOTAL)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from pymongo import MongoClient
 
-from bench import update_pipeline
+from bench import common, update_pipeline
 
 DOCS = 3_000
 
@@ -65,3 +65,40 @@ def test_the_harness_leaves_no_database_behind(
     report: dict[str, Any], mongo_client: MongoClient[dict[str, Any]]
 ) -> None:
     assert not [name for name in mongo_client.list_database_names() if name.startswith("bench_")]
+
+
+def test_a_scaling_pass_compares_each_contender_at_both_sizes_without_the_slow_loops(
+    mongo_uri: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "scaling.json"
+    argv = ["--uri", mongo_uri, "--sizes", f"{DOCS},{2 * DOCS}", "--lanes", "1"]
+    argv += ["--skip", "ceiling,ranges,planning", "--json", "--json-out", str(out)]
+    assert update_pipeline.main(argv) == 0
+    document: dict[str, Any] = json.loads(out.read_text())
+    for size in document["sizes"]:
+        rows = {row["contender"]: row for row in size["contenders"]}
+        assert list(rows) == ["update_many, whole", "engine update x1"]
+        assert rows["engine update x1"]["migrated"] == size["docs"]
+        assert rows["engine update x1"]["ratio_to_ceiling"] is None
+    scaling = {row["contender"]: row for row in document["scaling"]}
+    assert list(scaling) == ["update_many, whole", "engine update x1"]
+    engine = scaling["engine update x1"]
+    assert engine["docs"] == [DOCS, 2 * DOCS]
+    assert engine["rate_ratio"] == pytest.approx(engine["docs_per_s"][1] / engine["docs_per_s"][0])
+    assert engine["rss_ratio"] > 0
+    assert len(engine["rss_growth_mib"]) == 2
+
+
+def test_the_server_seeds_exactly_the_documents_the_client_would_insert(
+    mongo_client: MongoClient[dict[str, Any]],
+) -> None:
+    db = mongo_client["bench_seed_check"]
+    try:
+        common.seed(db, 1_234)
+        users = db[common.COLLECTION]
+        assert users.count_documents({}) == 1_234
+        for i in (0, 617, 1_233):
+            assert users.find_one({"_id": i}) == common.user(i)
+        assert "_v_1__id_1" in users.index_information()
+    finally:
+        mongo_client.drop_database(db.name)
