@@ -79,11 +79,14 @@ def test_a_lane_stops_at_a_batch_boundary_when_the_window_closes_and_resumes_whe
     assert first.outcome == "held"
     assert first.held_until == NEXT_OPENING
     assert first.held_by is None
-    assert first.counters["migrated"] == 150  # three whole batches, nothing of a fourth
+    # Three whole batches, nothing of the next; an update-pipeline lane finishes the one
+    # batch it may have had in flight beside the third (two update_many in flight).
+    in_flight = 50 if update else 0
+    assert 150 <= first.counters["migrated"] <= 150 + in_flight
     assert first.retry_after_ms == 300_000  # looks again within 5 minutes, whatever the wait
     assert outside.outcome == "held"
     assert outside.counters == {}  # claimed nothing
-    assert written_outside == 150
+    assert written_outside == first.counters["migrated"]
     assert view is not None
     assert view.live_leases == 0
     assert view.held_by is not None
