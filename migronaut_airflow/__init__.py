@@ -33,6 +33,7 @@ def get_provider_info() -> dict[str, Any]:
             {
                 "integration-name": "migronaut",
                 "python-modules": [
+                    "migronaut_airflow.operators.approval",
                     "migronaut_airflow.operators.background",
                     "migronaut_airflow.operators.drift",
                     "migronaut_airflow.operators.runs",
