@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Final, Literal
 
 from pymongo.database import Database
@@ -44,7 +44,7 @@ from migronaut_core.background.states import CanaryAction, canary_move
 from migronaut_core.background.store import CanaryDocument, StateDocument
 from migronaut_core.bson_values import clone_document
 from migronaut_core.changelog import Actor
-from migronaut_core.clock import aware, monotonic, utc_now
+from migronaut_core.clock import monotonic, utc_now
 from migronaut_core.errors import BackgroundConflictError
 from migronaut_core.scrub import error_text
 from migronaut_core.versioning import version_filter
@@ -179,12 +179,10 @@ def _after_checks(
         healed = _moved(rt, name, "heal", {**checked, "clean_passes": 0}, {"phase": "partition"})
         return CanaryStep("heal", healed)
     clean = int(canary.get("clean_passes", 0)) + 1
-    until = canary.get("until")
-    left_ms = 0 if until is None else int((aware(until) - now).total_seconds() * 1000)
-    if clean < settings.soak.passes or left_ms > 0:
+    wait = settings.soak.wait_ms(clean, canary.get("until"), now, SOAK_POLL_MS)
+    if wait is not None:
         moved = _moved(rt, name, "soak", {**checked, "clean_passes": clean})
-        wait = SOAK_POLL_MS if clean < settings.soak.passes else min(SOAK_POLL_MS, left_ms)
-        return CanaryStep("soaking", moved, max(1, wait), "canary-soak")
+        return CanaryStep("soaking", moved, wait, "canary-soak")
     if settings.approval:
         moved = _moved(rt, name, "await", {**checked, "clean_passes": clean})
         log.info("%s: canary passed its checks; awaiting approval", name)
@@ -386,13 +384,7 @@ def _user_check(
 
 
 def _fresh_soak(settings: CanarySettings, now: datetime) -> dict[str, Any]:
-    return {
-        "since": now,
-        "until": now + timedelta(seconds=settings.soak.seconds),
-        "clean_passes": 0,
-        "failed": None,
-        "rejected": None,
-    }
+    return {**settings.soak.started(now), "failed": None, "rejected": None}
 
 
 def _paused(

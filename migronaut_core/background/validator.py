@@ -35,7 +35,6 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any, Final, Literal
 
 import bson
@@ -47,7 +46,7 @@ from migronaut_core.background.spec import BackgroundSpec
 from migronaut_core.background.states import ValidatorAction, validator_move
 from migronaut_core.background.store import StateDocument, ValidatorDocument
 from migronaut_core.bson_values import clone_document
-from migronaut_core.clock import aware, utc_now
+from migronaut_core.clock import utc_now
 from migronaut_core.errors import LockLostError, PrivilegeMissingError
 from migronaut_core.server_errors import is_unauthorized
 
@@ -162,18 +161,7 @@ def begin(rt: Runtime, spec: BackgroundSpec, state: StateDocument, confirm: Conf
         if recorded_now:
             rt.store.states.move_validator(name, validator_move("restore"))
         raise
-    now = utc_now()
-    state = _moved(
-        rt,
-        name,
-        "warn",
-        {
-            "since": now,
-            "until": now + timedelta(seconds=spec.validator_soak.seconds),
-            "clean_passes": 0,
-        },
-        {"phase": "finalize"},
-    )
+    state = _moved(rt, name, "warn", spec.validator_soak.started(utc_now()), {"phase": "finalize"})
     log.info("%s: validator set to warn on %s; soaking", name, collection)
     return SoakStep("soaking", state, SOAK_POLL_MS)
 
@@ -210,12 +198,10 @@ def soak(rt: Runtime, spec: BackgroundSpec, state: StateDocument, confirm: Confi
         moved = _moved(rt, name, "warn", fields, {"phase": "partition"})
         return SoakStep("heal", moved)
     clean = int(validator.get("clean_passes", 0)) + 1
-    until = validator.get("until")
-    left_ms = 0 if until is None else int((aware(until) - now).total_seconds() * 1000)
-    if clean < spec.validator_soak.passes or left_ms > 0:
+    wait = spec.validator_soak.wait_ms(clean, validator.get("until"), now, SOAK_POLL_MS)
+    if wait is not None:
         moved = _moved(rt, name, "warn", {"clean_passes": clean})
-        wait = SOAK_POLL_MS if clean < spec.validator_soak.passes else min(SOAK_POLL_MS, left_ms)
-        return SoakStep("soaking", moved, max(1, wait))
+        return SoakStep("soaking", moved, wait)
     _apply(rt, collection, spec, "error", confirm, migration=name)
     log.info("%s: validator enforced on %s", name, collection)
     return SoakStep("enforced", _moved(rt, name, "enforce", {"enforced_at": now}))

@@ -60,6 +60,7 @@ from migronaut_core.background.job import Job
 from migronaut_core.background.planning.partition import find
 from migronaut_core.background.store import BackgroundStore
 from migronaut_core.clock import elapsed_ms, monotonic
+from migronaut_core.errors import BackgroundFailedError
 
 
 @dataclass
@@ -211,14 +212,12 @@ class _Lane:
         (drained, stopped, or over the error budget), nothing left in flight.
         """
         job, ctx = self._job, self._ctx
-        oldest = self.flight.popleft()
-        written = _written(ctx, oldest.pending)
-        result = self._work.finish(oldest.batch.prepared, written)
+        oldest, result = self._finish_oldest()
         more = ahead is not None
         stop = _stop_reason(job, ctx, first=False) if more else None
         go_on = more and stop is None
         self._checkpoint(oldest, result, ahead.ids if go_on and ahead is not None else (), more)
-        failure = over_error_budget(job, self._store, result.errors) if result.errors else None
+        failure = self._budget_failure(result)
         if failure is not None:
             return self.drain(
                 PartitionResult("failed", self._counters, failure), more=more, noted_ahead=go_on
@@ -243,15 +242,25 @@ class _Lane:
                 self._store.leases.settle_inflight(self._ctx.lease, migrated=0)
             return ending
         while self.flight:
-            oldest = self.flight.popleft()
-            result = self._work.finish(oldest.batch.prepared, _written(self._ctx, oldest.pending))
+            oldest, result = self._finish_oldest()
             self._checkpoint(oldest, result, (), more)
-            failure = (
-                over_error_budget(self._job, self._store, result.errors) if result.errors else None
-            )
+            failure = self._budget_failure(result)
             if failure is not None and ending.outcome != "failed":
                 ending = PartitionResult("failed", self._counters, failure)
         return ending
+
+    def _finish_oldest(self) -> tuple[_Writing, BatchResult]:
+        """The oldest batch in flight, out of the flight once its write returned, and
+        what its write did."""
+        oldest = self.flight.popleft()
+        written = _written(self._ctx, oldest.pending)
+        return oldest, self._work.finish(oldest.batch.prepared, written)
+
+    def _budget_failure(self, result: BatchResult) -> BackgroundFailedError | None:
+        """Why the partition fails when this batch's errors spent the error budget."""
+        if not result.errors:
+            return None
+        return over_error_budget(self._job, self._store, result.errors)
 
     def _checkpoint(
         self, oldest: _Writing, result: BatchResult, ahead_ids: Sequence[Any], more: bool

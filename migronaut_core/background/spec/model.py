@@ -17,9 +17,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, Final, Literal, TypeAlias, get_args
 
 from migronaut_core.bson_values import clone_document
+from migronaut_core.clock import aware
 from migronaut_core.windows import Window
 
 Mode: TypeAlias = Literal["declarative", "step", "update"]
@@ -269,6 +271,21 @@ class SoakSettings:
 
     passes: int = 1
     seconds: int = 0
+
+    def started(self, now: datetime) -> dict[str, Any]:
+        """A soak (re)starting at ``now``: the fields it keeps (``since``, ``until``: its
+        earliest end by time, ``clean_passes``)."""
+        return {"since": now, "until": now + timedelta(seconds=self.seconds), "clean_passes": 0}
+
+    def wait_ms(
+        self, clean_passes: int, until: datetime | None, now: datetime, poll_ms: int
+    ) -> int | None:
+        """After a clean check (``clean_passes`` in a row with it): how long until the
+        next, or None when the soak is over (enough clean checks, and ``until`` passed)."""
+        left_ms = 0 if until is None else int((aware(until) - now).total_seconds() * 1000)
+        if clean_passes >= self.passes and left_ms <= 0:
+            return None
+        return max(1, poll_ms if clean_passes < self.passes else min(poll_ms, left_ms))
 
 
 #: How a canary's subset is chosen (``background.canary``): a ``fraction`` of the
