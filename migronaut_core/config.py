@@ -32,6 +32,12 @@ from migronaut_core.checks import (
 )
 from migronaut_core.definitions import check_inline
 from migronaut_core.errors import ConfigInvalidError
+from migronaut_core.health_limits import (
+    DEFAULT_HEALTH,
+    HealthLimitError,
+    HealthSettings,
+    parse_health,
+)
 from migronaut_core.windows import Window, WindowError, parse_windows
 
 CONFIG_FILE = "migronaut.toml"
@@ -125,6 +131,12 @@ class Config:
         ``{days, from, to, timezone, rate}`` (:mod:`migronaut_core.windows`;
         as text, JSON). Outside every window lanes hold; ``None`` or ``[]``:
         always open.
+    :param background_health: the limits of MongoDB's health signals every
+        background migration of the target starts from (its own ``health``
+        overrides them signal by signal): ``true`` for the defaults, ``false``
+        for off, or ``{signal: {soft, hard} | false}`` over the defaults
+        (:mod:`migronaut_core.health_limits`; as text, JSON). Checked, ``None``
+        means off.
     """
 
     uri: str = "mongodb://127.0.0.1:27017"
@@ -149,6 +161,7 @@ class Config:
         default=None, metadata=_between(1, 10_000_000)
     )
     background_windows: tuple[Window, ...] | None = None
+    background_health: HealthSettings | None = DEFAULT_HEALTH
 
     @property
     def background_collections(self) -> BackgroundCollections:
@@ -247,12 +260,17 @@ _HINTS: Final = typing.get_type_hints(Config)
 _FIELDS: Final = dataclasses.fields(Config)
 #: What each key accepts, derived from :class:`Config`.
 _FIELD_TYPES: Final[Mapping[str, tuple[type, ...]]] = {
-    field.name: _accepts(_HINTS[field.name]) for field in _FIELDS
+    **{field.name: _accepts(_HINTS[field.name]) for field in _FIELDS},
+    "background_health": (bool, Mapping, HealthSettings),
 }
 #: Keys holding a path, resolved against the directory of the source that set them.
 _PATH_KEYS: Final = tuple(key for key, accepted in _FIELD_TYPES.items() if Path in accepted)
 #: Keys holding maintenance windows (a list as given, a tuple of windows once checked).
 _WINDOW_KEYS: Final = ("background_windows",)
+#: Keys holding health limits (a flag or mapping as given, settings once checked).
+_HEALTH_KEYS: Final = ("background_health",)
+#: Keys whose text form (Airflow's configuration) is JSON.
+_JSON_KEYS: Final = (*_WINDOW_KEYS, *_HEALTH_KEYS)
 #: Keys whose values are one of a ``Literal``'s, and those options.
 _CHOICES: Final[Mapping[str, tuple[str, ...]]] = {
     field.name: choices(_HINTS[field.name])
@@ -291,6 +309,8 @@ def load_config(
                 values[key] = dict(value)
             elif key in _WINDOW_KEYS:
                 values[key] = _windows(key, value, source)
+            elif key in _HEALTH_KEYS:
+                values[key] = _health(key, value, source)
     if "migrations_dir" not in values:
         values["migrations_dir"] = (base / "migrations").resolve()
     config = Config(**values)
@@ -357,12 +377,13 @@ def config_from_text(values: Mapping[str, str], source: str) -> dict[str, Any]:
 
 def _parse_text(key: str, text: str, source: str) -> Any:
     types = _FIELD_TYPES.get(key)
-    if key in _WINDOW_KEYS:
+    if key in _JSON_KEYS:
         try:
             return json.loads(text)
         except ValueError:
+            shape = "list of windows" if key in _WINDOW_KEYS else "true, false or mapping"
             raise ConfigInvalidError(
-                f"config key {key!r} in {source} must be a JSON list of windows",
+                f"config key {key!r} in {source} must be JSON: a {shape}",
                 {"key": key, "source": source},
             ) from None
     if types is None or Mapping in types:
@@ -398,6 +419,20 @@ def _windows(key: str, value: Any, source: str) -> tuple[Window, ...]:
     try:
         return parse_windows(value)
     except WindowError as error:
+        where = ".".join((key, *error.path))
+        raise ConfigInvalidError(
+            f"config key {where} in {source} {error.problem}", {"key": where, "source": source}
+        ) from None
+
+
+def _health(key: str, value: Any, source: str) -> HealthSettings | None:
+    """Health limits checked as a background spec's ``health`` is, named by its key
+    (settings already checked, as :func:`replace` may pass back, are kept)."""
+    if isinstance(value, HealthSettings):
+        return value
+    try:
+        return parse_health(value)
+    except HealthLimitError as error:
         where = ".".join((key, *error.path))
         raise ConfigInvalidError(
             f"config key {where} in {source} {error.problem}", {"key": where, "source": source}
@@ -485,6 +520,8 @@ def replace(config: Config, **changes: Any) -> Config:
             changes[key] = Path(value)
         elif key in _WINDOW_KEYS:
             changes[key] = _windows(key, value, "arguments")
+        elif key in _HEALTH_KEYS:
+            changes[key] = _health(key, value, "arguments")
     updated = dataclasses.replace(config, **changes)
     _check_values(updated)
     return updated

@@ -125,6 +125,7 @@ class BackgroundFiles:
             migration.name,
             migration.module,
             versioning=None if declared is None else declared.to_dict(),
+            target_health=self.config.background_health,
         )
         if spec.collection in self.config.bookkeeping_collections:
             raise MigrationInvalidExportError(

@@ -252,6 +252,30 @@ def test_the_ui_resolves_the_default_target_as_the_dags_do(
         kits.close()
 
 
+def test_a_targets_health_limits_come_from_airflows_configuration_as_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    migrations = _migrations(tmp_path)
+    monkeypatch.setenv(
+        "AIRFLOW__MIGRONAUT__BACKGROUND_HEALTH", '{"majority_lag_ms": {"soft": 500, "hard": 5000}}'
+    )
+    settings = resolve_target(arguments={"migrations_dir": migrations})
+    health = settings.config.background_health
+    assert health is not None
+    assert (health.majority_lag_ms.soft, health.majority_lag_ms.hard) == (500, 5000)
+    # The operators get the same mapping, so every task's kit resolves files alike.
+    passed = settings.operator_args()["migronaut_config"]["background_health"]
+    assert passed == {"majority_lag_ms": {"soft": 500, "hard": 5000}}
+
+    monkeypatch.setenv("AIRFLOW__MIGRONAUT__BACKGROUND_HEALTH", "false")
+    assert resolve_target(arguments={"migrations_dir": migrations}).config.background_health is None
+    monkeypatch.setenv("AIRFLOW__MIGRONAUT__BACKGROUND_HEALTH", '{"cache_dirty": {"soft": 0.93}}')
+    with pytest.raises(ConfigInvalidError) as refused:
+        resolve_target(arguments={"migrations_dir": migrations}).config  # noqa: B018
+    assert refused.value.context["key"] == "background_health.cache_dirty.soft"
+    assert "0.93" not in str(refused.value)
+
+
 def test_a_targets_maintenance_windows_come_from_airflows_configuration_as_json(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

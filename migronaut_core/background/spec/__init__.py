@@ -25,8 +25,6 @@ from migronaut_core.background.spec.match import (
 )
 from migronaut_core.background.spec.model import (
     CANARY_BUCKETS,
-    HEALTH_SENSE,
-    HEALTH_SIGNALS,
     MAX_CHECKPOINT_BYTES,
     REWRITING_MODES,
     UPDATE_STAGES,
@@ -35,10 +33,6 @@ from migronaut_core.background.spec.model import (
     BackgroundSpec,
     CanarySettings,
     Direction,
-    HealthLimit,
-    HealthSettings,
-    HealthSignal,
-    LimitSense,
     Mode,
     PartitionSettings,
     SoakSettings,
@@ -48,6 +42,14 @@ from migronaut_core.background.spec.model import (
     ValidatorSettings,
 )
 from migronaut_core.background.spec.validation import check_slice_ms, read_stored, resolve_spec
+from migronaut_core.health_limits import (
+    HEALTH_SENSE,
+    HEALTH_SIGNALS,
+    HealthLimit,
+    HealthSettings,
+    HealthSignal,
+    LimitSense,
+)
 
 __all__ = [
     "CANARY_BUCKETS",

@@ -18,10 +18,11 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final, Literal, TypeAlias, get_args
+from typing import Any, Final, Literal, TypeAlias
 
 from migronaut_core.bson_values import clone_document
 from migronaut_core.clock import aware
+from migronaut_core.health_limits import HealthSettings
 from migronaut_core.windows import Window
 
 Mode: TypeAlias = Literal["declarative", "step", "update"]
@@ -140,94 +141,6 @@ class AdaptiveSettings:
     decrease: float = 0.5
     target_latency_ms: int = 1_000
     max_pause_ms: int = 5_000
-
-
-#: The MongoDB health signals lanes watch (``background.health``), in the order
-#: they are judged: the first breached one is the one a hold names.
-HealthSignal: TypeAlias = Literal[
-    "flow_control",
-    "majority_lag_ms",
-    "cache_dirty",
-    "cache_used",
-    "write_tickets",
-    "queued_operations",
-    "oplog_window_s",
-]
-HEALTH_SIGNALS: Final[tuple[HealthSignal, ...]] = get_args(HealthSignal)
-#: How a signal's reading breaches a limit: ``above`` it, ``below`` it, or
-#: ``flag``: the reading is true and the limit is ``True``.
-LimitSense: TypeAlias = Literal["above", "below", "flag"]
-HEALTH_SENSE: Final[dict[HealthSignal, LimitSense]] = {
-    "flow_control": "flag",
-    "majority_lag_ms": "above",
-    "cache_dirty": "above",
-    "cache_used": "above",
-    "write_tickets": "below",
-    "queued_operations": "above",
-    "oplog_window_s": "below",
-}
-
-
-@dataclass(frozen=True, slots=True)
-class HealthLimit:
-    """One signal's limits: past ``soft`` lanes slow down, past ``hard`` they hold.
-
-    ``None`` switches a limit off. ``flow_control`` takes ``True``/``None``
-    (its reading is whether the primary's flow control says it is lagged);
-    every other signal a number in its reading's unit (see
-    :class:`HealthSettings`).
-    """
-
-    soft: float | bool | None = None
-    hard: float | bool | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class HealthSettings:
-    """The limits of MongoDB's own health signals (``background.health``).
-
-    A soft breach slows the lanes down (the adaptive controller takes it for an
-    overload; without one a lane pauses 250 ms before the batch). A hard breach
-    makes each lane stop at its next batch boundary, release its partition and
-    hold until the signal clears; the status names the signal and its reading.
-    The defaults are MongoDB's own thresholds where it has one (WiredTiger's
-    eviction triggers, Atlas's oplog window alert); docs/performance.md says why.
-
-    :param flow_control: the primary's flow control is throttling writes because
-        the majority commit point lags (default: soft).
-    :param majority_lag_ms: how far the majority commit point is behind the
-        primary's last applied write, in ms (default: soft 2000, hard 30000).
-    :param cache_dirty: dirty bytes / the WiredTiger cache's size (default: soft
-        0.15, hard 0.20: where application threads start evicting).
-    :param cache_used: bytes in cache / its size (default: soft 0.90, hard 0.95:
-        WiredTiger's eviction trigger).
-    :param write_tickets: write tickets available / their total, breached
-        *below* the limit (default: soft 0.25, hard 0.05).
-    :param queued_operations: operations queued for a lock or ticket (default:
-        soft 32, no hard limit).
-    :param oplog_window_s: seconds the oplog covers (first to last entry),
-        breached *below* the limit and judged only once the oplog is full
-        (default: soft 7200, hard 3600).
-    """
-
-    flow_control: HealthLimit = HealthLimit(soft=True)
-    majority_lag_ms: HealthLimit = HealthLimit(soft=2_000, hard=30_000)
-    cache_dirty: HealthLimit = HealthLimit(soft=0.15, hard=0.20)
-    cache_used: HealthLimit = HealthLimit(soft=0.90, hard=0.95)
-    write_tickets: HealthLimit = HealthLimit(soft=0.25, hard=0.05)
-    queued_operations: HealthLimit = HealthLimit(soft=32)
-    oplog_window_s: HealthLimit = HealthLimit(soft=7_200, hard=3_600)
-
-    def limits(self) -> dict[HealthSignal, HealthLimit]:
-        """Each signal's limits, in :data:`HEALTH_SIGNALS` order."""
-        return {signal: getattr(self, signal) for signal in HEALTH_SIGNALS}
-
-    def to_document(self) -> dict[str, dict[str, Any]]:
-        """The settings as stored in the state document (``{signal: {soft, hard}}``)."""
-        return {
-            signal: {"soft": limit.soft, "hard": limit.hard}
-            for signal, limit in self.limits().items()
-        }
 
 
 #: How ``background.validator`` names the new shape: ``version`` (the version field

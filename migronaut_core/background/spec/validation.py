@@ -13,7 +13,6 @@ the file (and has the same match hash). Pure: no database, no clock, no logging.
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -28,8 +27,6 @@ from bson.errors import BSONError
 
 from migronaut_core.background.spec.model import (
     DEFAULT_UNDO_RETENTION_S,
-    HEALTH_SENSE,
-    HEALTH_SIGNALS,
     MIN_PARTITION_DOCS,
     UNDO_RETENTION_S,
     UPDATE_PARTITION_BATCHES,
@@ -37,9 +34,6 @@ from migronaut_core.background.spec.model import (
     BackgroundFunctions,
     BackgroundSpec,
     CanarySettings,
-    HealthLimit,
-    HealthSettings,
-    HealthSignal,
     Mode,
     PartitionSettings,
     SoakSettings,
@@ -63,6 +57,12 @@ from migronaut_core.checks import (
     wrong_type,
 )
 from migronaut_core.errors import ConfigInvalidError
+from migronaut_core.health_limits import (
+    DEFAULT_HEALTH,
+    HealthLimitError,
+    HealthSettings,
+    parse_health,
+)
 from migronaut_core.windows import Window, WindowError, parse_windows
 
 _SLICE_MS: Final = (100, 3_600_000)
@@ -351,14 +351,6 @@ _ADAPTIVE_KEYS: Final[Mapping[str, _Key]] = {
     "max_pause_ms": _Key(_integer(0, 600_000), 5_000),
 }
 #: What each health limit may be (``None`` switches it off; flow control: ``True``/``None``).
-_HEALTH_BOUNDS: Final[Mapping[HealthSignal, tuple[float, float, bool]]] = {
-    "majority_lag_ms": (0, 86_400_000, True),
-    "cache_dirty": (0.0, 1.0, False),
-    "cache_used": (0.0, 1.0, False),
-    "write_tickets": (0.0, 1.0, False),
-    "queued_operations": (0, 1_000_000, True),
-    "oplog_window_s": (0, 2_592_000, True),
-}
 _SOAK_KEYS: Final[Mapping[str, _Key]] = {
     "passes": _Key(_integer(1, 10_000), 1),
     "seconds": _Key(_integer(0, 2_592_000), 0),
@@ -391,6 +383,7 @@ def _assemble(
     *,
     reversible: bool,
     tolerant: bool,
+    target_health: HealthSettings | None = DEFAULT_HEALTH,
 ) -> BackgroundSpec:
     """Cross-check the individually valid ``values`` and fill derived defaults."""
     mode = _mode_of(values)
@@ -438,7 +431,7 @@ def _assemble(
         shard_concurrency=values["shard_concurrency"],
         adaptive=_within("adaptive", _adaptive, values["adaptive"], batch_size, tolerant),
         throttle=_within("throttle", _throttle, values["throttle"], tolerant),
-        health=_within("health", _health, values["health"], tolerant),
+        health=_within("health", _health, values["health"], tolerant, target_health),
         windows=values["windows"],
         reversible=reversible or values["revert_update"] is not None,
         update=values["update"],
@@ -624,66 +617,13 @@ def _throttle(value: Any, tolerant: bool) -> ThrottleSettings:
     )
 
 
-def _health(value: Any, tolerant: bool) -> HealthSettings | None:
-    """``True``/``None``: the defaults; ``False``: off; a mapping: per-signal overrides."""
-    if value is False:
-        return None
-    defaults = HealthSettings()
-    if value is None or value is True:
-        return defaults
-    table: dict[str, _Key] = {
-        signal: _Key(_health_limit_of(signal, tolerant), _DERIVED) for signal in HEALTH_SIGNALS
-    }
-    read = _read(value, table, tolerant=tolerant)
-    given = {signal: limit for signal, limit in read.items() if limit is not _DERIVED}
-    return dataclasses.replace(defaults, **given)
-
-
-def _health_limit_of(signal: HealthSignal, tolerant: bool) -> _Check:
-    """The check of one signal's ``{soft, hard}`` (``False``: both off; keys left out keep
-    their defaults)."""
-    default: HealthLimit = getattr(HealthSettings(), signal)
-    one = _flag_limit if signal == "flow_control" else _number_limit(signal)
-
-    def check(value: Any) -> HealthLimit:
-        if value is False or value is None:
-            return HealthLimit()
-        keys = {"soft": _Key(one, default.soft), "hard": _Key(one, default.hard)}
-        read = _read(value, keys, tolerant=tolerant)
-        soft, hard = read["soft"], read["hard"]
-        if soft is not None and hard is not None and soft is not True:
-            wrong = soft > hard if HEALTH_SENSE[signal] == "above" else soft < hard
-            if wrong:
-                side = "exceed" if HEALTH_SENSE[signal] == "above" else "be below"
-                raise _InvalidError(f"must not {side} the hard limit", "soft")
-        return HealthLimit(soft=soft, hard=hard)
-
-    return check
-
-
-def _flag_limit(value: Any) -> bool | None:
-    if value is None or value is False:
-        return None
-    if value is True:
-        return True
-    raise _InvalidError(f"must be True, False or None (got {type(value).__name__})")
-
-
-def _number_limit(signal: HealthSignal) -> _Check:
-    low, high, whole = _HEALTH_BOUNDS[signal]
-
-    def check(value: Any) -> float | None:
-        if value is None or value is False:
-            return None
-        if whole:
-            problem = int_problem(value, int(low), int(high))
-        else:
-            problem = number_problem(value, low, high)
-        if problem is not None:
-            raise _InvalidError(problem)
-        return int(value) if whole else float(value)
-
-    return check
+def _health(value: Any, tolerant: bool, base: HealthSettings | None) -> HealthSettings | None:
+    """``True``/``None``: ``base`` (the target's); ``False``: off; a mapping: per-signal
+    overrides of ``base`` (:func:`~migronaut_core.health_limits.parse_health`)."""
+    try:
+        return parse_health(value, base=base, tolerant=tolerant)
+    except HealthLimitError as error:
+        raise _InvalidError(error.problem, *error.path) from None
 
 
 def _adaptive(value: Any, batch_size: int, tolerant: bool) -> AdaptiveSettings | None:
@@ -710,6 +650,7 @@ def resolve_spec(
     module: ModuleType | Mapping[str, Any],
     *,
     versioning: Mapping[str, Any] | None = None,
+    target_health: HealthSettings | None = DEFAULT_HEALTH,
 ) -> tuple[BackgroundSpec, BackgroundFunctions]:
     """Validate a background migration module and return its spec and functions.
 
@@ -720,6 +661,8 @@ def resolve_spec(
         (collection definitions), when it has one. A declared key is the
         default for the spec and must not be contradicted; keys other than
         these two are ignored.
+    :param target_health: the target's ``background_health``: what the file's
+        ``health`` starts from (``None``: the target switched health off).
     :raises ConfigInvalidError: anything wrong, with ``context["key"]`` naming
         the spec key (dotted for nested ones, such as ``transaction.timeout_ms``)
         or the module attribute (``migrate``, ``step``...) at fault.
@@ -730,7 +673,9 @@ def resolve_spec(
         declared = _declared(versioning)
         values = _read(export("background"), _FILE_KEYS)
         reversible = _reversible(_mode_of(values), functions)
-        spec = _assemble(values, declared, reversible=reversible, tolerant=False)
+        spec = _assemble(
+            values, declared, reversible=reversible, tolerant=False, target_health=target_health
+        )
     except _InvalidError as invalid:
         raise _config_error(name, invalid) from None
     _check_functions(name, spec.mode, functions)

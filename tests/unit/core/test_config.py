@@ -9,6 +9,7 @@ import pytest
 
 from migronaut_core.config import config_from_text, load_config, replace
 from migronaut_core.errors import ConfigInvalidError
+from migronaut_core.health_limits import DEFAULT_HEALTH, HealthLimit
 from migronaut_core.windows import parse_windows
 
 
@@ -195,3 +196,48 @@ def test_target_windows_given_as_text_are_json() -> None:
     with pytest.raises(ConfigInvalidError) as caught:
         config_from_text({"background_windows": "22:00-06:00"}, "airflow")
     assert caught.value.context == {"key": "background_windows", "source": "airflow"}
+
+
+def test_background_health_is_a_target_default_checked_like_a_spec(tmp_path: Path) -> None:
+    (tmp_path / "migronaut.toml").write_text(
+        "[background_health]\ncache_dirty = { soft = 0.05 }\noplog_window_s = false\n"
+    )
+    health = load_config(cwd=tmp_path, env={}).background_health
+    assert health is not None
+    assert health.cache_dirty == HealthLimit(soft=0.05, hard=0.20)
+    assert health.oplog_window_s == HealthLimit()
+    assert health.majority_lag_ms == DEFAULT_HEALTH.majority_lag_ms
+    assert load_config(cwd=tmp_path / "none", env={}).background_health == DEFAULT_HEALTH
+    assert load_config({"background_health": False}, env={}).background_health is None
+    assert load_config({"background_health": True}, env={}).background_health == DEFAULT_HEALTH
+    kept = load_config({"background_health": {"queued_operations": {"hard": 64}}}, env={})
+    assert replace(kept, background_health=kept.background_health) == kept
+    assert replace(kept, background_health=False).background_health is None
+
+
+@pytest.mark.parametrize(
+    ("value", "key"),
+    [
+        ("on", "background_health"),
+        ({"cache_dirt": {"soft": 0.1}}, "background_health.cache_dirt"),
+        ({"cache_dirty": {"soft": 0.9}}, "background_health.cache_dirty.soft"),
+        ({"write_tickets": {"hard": 7.5}}, "background_health.write_tickets.hard"),
+    ],
+)
+def test_a_bad_target_health_limit_names_the_key_and_its_source(value: object, key: str) -> None:
+    with pytest.raises(ConfigInvalidError) as caught:
+        load_config({"background_health": value}, env={})
+    assert caught.value.context == {"key": key, "source": "arguments"}
+    assert "0.9" not in caught.value.message and "7.5" not in caught.value.message
+
+
+def test_target_health_given_as_text_is_json() -> None:
+    text = '{"majority_lag_ms": {"soft": 500, "hard": 5000}}'
+    values = config_from_text({"background_health": text}, "Airflow configuration [migronaut]")
+    health = load_config(values, env={}).background_health
+    assert health is not None and health.majority_lag_ms == HealthLimit(soft=500, hard=5000)
+    off = config_from_text({"background_health": "false"}, "airflow")
+    assert load_config(off, env={}).background_health is None
+    with pytest.raises(ConfigInvalidError) as caught:
+        config_from_text({"background_health": "cache_dirty=0.1"}, "airflow")
+    assert caught.value.context == {"key": "background_health", "source": "airflow"}

@@ -81,12 +81,12 @@ class Counted(Telemetry):
         self.reasons.append(reason)
 
 
-def spec_of(**background: Any) -> Any:
+def spec_of(*, target_health: Any = DEFAULTS, **background: Any) -> Any:
     module = {
         "background": {"collection": "users", "from": 1, "to": 2, **background},
         "migrate": lambda doc, ctx: doc,
     }
-    return resolve_spec("m1", module)[0]
+    return resolve_spec("m1", module, target_health=target_health)[0]
 
 
 # ─── Judging readings ─────────────────────────────────────────────────────────
@@ -208,6 +208,22 @@ def test_a_signal_overrides_one_limit_and_keeps_the_other() -> None:
     assert spec_of(health={"flow_control": {"hard": True}}).health.flow_control == HealthLimit(
         soft=True, hard=True
     )
+
+
+def test_a_files_health_starts_from_its_targets_background_health() -> None:
+    target = dataclasses.replace(DEFAULTS, cache_dirty=HealthLimit(soft=0.05, hard=0.10))
+    assert spec_of(target_health=target).health == target
+    assert spec_of(target_health=target, health=True).health == target
+    overridden = spec_of(target_health=target, health={"cache_dirty": {"hard": 0.12}})
+    assert overridden.health.cache_dirty == HealthLimit(soft=0.05, hard=0.12)
+    assert spec_of(target_health=target, health=False).health is None
+    # A target that switched health off: a file that says nothing stays off, and a
+    # file's own limits start from the defaults.
+    assert spec_of(target_health=None).health is None
+    own = spec_of(target_health=None, health={"cache_used": False})
+    assert own.health == dataclasses.replace(DEFAULTS, cache_used=HealthLimit())
+    # What was resolved is stored: a running migration keeps it whatever the target says.
+    assert read_stored(overridden.to_document()).health == overridden.health
 
 
 def test_health_round_trips_through_the_state_document() -> None:
