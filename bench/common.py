@@ -402,3 +402,61 @@ class RssSampler:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+# -- CPU -----------------------------------------------------------------------------------
+
+
+class CpuMeter:
+    """CPU seconds (user + system) this process and the server spent over a block.
+
+    On two cores shared by the client and ``mongod`` a contender is CPU-bound: the
+    rate it can reach is set by the CPU each document costs both sides, whatever
+    the overlap. ``server`` is None when the server is not a process of this
+    machine (``--uri`` elsewhere) or cannot be read.
+
+    :param client: a client of the server (its ``serverStatus`` names the pid).
+    """
+
+    def __init__(self, client: MongoClient[dict[str, Any]]) -> None:
+        self._own = psutil.Process()
+        self._server: psutil.Process | None
+        try:
+            self._server = psutil.Process(int(client.admin.command("serverStatus")["pid"]))
+            self._server.cpu_times()
+        except (psutil.Error, KeyError, ValueError, OperationFailure):
+            self._server = None
+        self.client_s = 0.0
+        self.server_s: float | None = None
+        self._start: tuple[float, float | None] = (0.0, None)
+
+    def _now(self) -> tuple[float, float | None]:
+        own = self._own.cpu_times()
+        server = None
+        if self._server is not None:
+            try:
+                times = self._server.cpu_times()
+                server = times.user + times.system
+            except psutil.Error:
+                server = None
+        return own.user + own.system, server
+
+    def __enter__(self) -> CpuMeter:
+        self._start = self._now()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        client, server = self._now()
+        self.client_s = client - self._start[0]
+        started = self._start[1]
+        self.server_s = None if server is None or started is None else server - started
+
+    def per_doc_us(self, docs: int) -> dict[str, float | None]:
+        """Microseconds of CPU per document: the client's, the server's, both."""
+        server = None if self.server_s is None else self.server_s / docs * 1e6
+        client = self.client_s / docs * 1e6
+        return {
+            "client_cpu_us_per_doc": client,
+            "server_cpu_us_per_doc": server,
+            "cpu_us_per_doc": None if server is None else client + server,
+        }

@@ -22,6 +22,7 @@ Usage: ``python -m bench.throughput [--docs N] [--json]``.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from typing import Any
@@ -132,13 +133,13 @@ LOOPS = {
 
 
 def run_loop(db: Database[dict[str, Any]], label: str, limit: int | None) -> dict[str, Any]:
-    with common.RssSampler() as rss:
+    with common.RssSampler() as rss, common.CpuMeter(db.client) as cpu:
         started = time.perf_counter()
         written = LOOPS[label](db[common.COLLECTION], limit)
         seconds = time.perf_counter() - started
     if limit is None:
         common.check_migrated(db, written, label)
-    return _row(label, written, seconds, rss)
+    return _row(label, written, seconds, rss, cpu)
 
 
 def run_engine(
@@ -148,19 +149,23 @@ def run_engine(
     label = f"engine x{concurrency}"
     with common.kit(uri, db.name, directory) as k:
         k.runs.up()
-        with common.RssSampler() as rss:
+        with common.RssSampler() as rss, common.CpuMeter(db.client) as cpu:
             seconds = common.drive(k, concurrency)
         view = k.background.status(common.MIGRATION_NAME)
         status = {} if view is None else view.to_dict()
         partitions = len(k.background.partitions(common.MIGRATION_NAME))
     common.check_migrated(db, count, label)
-    row = _row(label, count, seconds, rss)
+    row = _row(label, count, seconds, rss, cpu)
     row["migrated"] = (status.get("totals") or {}).get("migrated")
     row["partitions"] = partitions
     return row
 
 
-def _row(label: str, docs: int, seconds: float, rss: common.RssSampler) -> dict[str, Any]:
+def _row(
+    label: str, docs: int, seconds: float, rss: common.RssSampler, cpu: common.CpuMeter
+) -> dict[str, Any]:
+    cores = os.cpu_count() or 1
+    busy = None if cpu.server_s is None else (cpu.client_s + cpu.server_s) / (seconds * cores)
     return {
         "contender": label,
         "docs": docs,
@@ -168,6 +173,9 @@ def _row(label: str, docs: int, seconds: float, rss: common.RssSampler) -> dict[
         "docs_per_s": docs / seconds,
         "peak_rss_mib": common.mib(rss.peak),
         "rss_growth_mib": common.mib((rss.peak or 0) - (rss.baseline or 0)),
+        **cpu.per_doc_us(docs),
+        # The share of the machine's cores both sides kept busy: near 1, CPU-bound.
+        "cpu_busy": busy,
     }
 
 
@@ -205,9 +213,28 @@ def one_round(
         common.log(f"{label}: {row['docs_per_s']:,.0f} docs/s")
         rows[label] = row
         client.drop_database(db.name)
+    ceiling_cpu = rows["ceiling"]["cpu_us_per_doc"]
     for row in rows.values():
         row["ratio_to_ceiling"] = common.ratio(row["docs_per_s"], rows["ceiling"]["docs_per_s"])
+        # What the rate could reach at most against the ceiling were both CPU-bound:
+        # the ceiling's CPU per document over this contender's.
+        cpu = row["cpu_us_per_doc"]
+        row["cpu_bound_ratio"] = None if not cpu or ceiling_cpu is None else ceiling_cpu / cpu
     return rows
+
+
+_CPU_KEYS = (
+    "client_cpu_us_per_doc",
+    "server_cpu_us_per_doc",
+    "cpu_us_per_doc",
+    "cpu_busy",
+    "cpu_bound_ratio",
+)
+
+
+def _median(runs: list[dict[str, Any]], key: str) -> float | None:
+    values = [run[key] for run in runs if run.get(key) is not None]
+    return statistics.median(values) if values else None
 
 
 def summarize(
@@ -228,6 +255,7 @@ def summarize(
                 "docs_per_s_max": max(rates),
                 "ratio_to_ceiling": statistics.median(run["ratio_to_ceiling"] for run in runs),
                 "peak_rss_mib": max(run["peak_rss_mib"] or 0 for run in runs),
+                **{key: _median(runs, key) for key in _CPU_KEYS},
                 "rss_growth_mib": max(run["rss_growth_mib"] or 0 for run in runs),
                 "partitions": runs[0].get("partitions"),
                 "runs": runs,
@@ -312,6 +340,10 @@ def table(
             "x ceiling",
             "peak RSS MiB",
             "RSS +MiB",
+            "client CPU us/doc",
+            "mongod CPU us/doc",
+            "cores busy",
+            "x ceiling if CPU-bound",
         ],
         [
             [
@@ -323,6 +355,10 @@ def table(
                 r["ratio_to_ceiling"],
                 r["peak_rss_mib"],
                 r["rss_growth_mib"],
+                r["client_cpu_us_per_doc"],
+                r["server_cpu_us_per_doc"],
+                r["cpu_busy"],
+                r["cpu_bound_ratio"],
             ]
             for r in rows
         ],

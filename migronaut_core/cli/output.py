@@ -32,7 +32,8 @@ def print_views(views: list[dict[str, Any]]) -> None:
     """Print background status views as a table, one row each.
 
     ``MODE`` is how each rewrites (the view's ``runs_as``): ``python``, ``step`` or
-    ``update`` (a server-side update pipeline).
+    ``update`` (a server-side update pipeline). ``ETA`` is the expected time left and
+    ``ETA RANGE`` its low-high range (the view's ``eta_range``), both ``-`` when untold.
     """
     if not views:
         print("no background migrations")
@@ -40,7 +41,7 @@ def print_views(views: list[dict[str, Any]]) -> None:
     width = max(len("NAME"), *(len(str(view.get("name"))) for view in views))
     print(
         f"{'NAME':<{width}}  {'STATUS':<9} {'MODE':<6} {'PHASE':<9} {'PASS':>4} {'DONE':>15} "
-        f"{'PROGRESS':>8} {'ETA':>7} {'MIGRATED':>9} {'FAILED':>7}  LAST ERROR"
+        f"{'PROGRESS':>8} {'ETA':>7} {'ETA RANGE':>11} {'MIGRATED':>9} {'FAILED':>7}  LAST ERROR"
     )
     for view in views:
         shown = view.get("progress") or {}
@@ -52,6 +53,7 @@ def print_views(views: list[dict[str, Any]]) -> None:
             f"{_done_of(shown):>15} "
             f"{'-' if percent is None else f'{percent:.1f}%':>8} "
             f"{_eta_text(view.get('eta_seconds')):>7} "
+            f"{_eta_range_text(view.get('eta_range')):>11} "
             f"{(view.get('totals') or {}).get('migrated', 0):>9} "
             f"{view.get('failed_documents', 0):>7}  "
             f"{_note_of(view)}"
@@ -110,6 +112,20 @@ def _eta_text(seconds: Any) -> str:
     if seconds < 7200:
         return f"{round(seconds / 60)}m"
     return f"{round(seconds / 3600)}h"
+
+
+def _eta_range_text(eta_range: Any) -> str:
+    """``low-high`` of a running pass's ``eta_range`` (``?`` for an unbounded end)."""
+    if not isinstance(eta_range, dict):
+        return "-"
+    low, high = eta_range.get("low_seconds"), eta_range.get("high_seconds")
+    if low is None and high is None:
+        return "-"
+    return f"{_bound_text(low)}-{_bound_text(high)}"
+
+
+def _bound_text(seconds: Any) -> str:
+    return "?" if seconds is None else _eta_text(seconds)
 
 
 def print_estimate(result: MigrationEstimate) -> None:

@@ -48,6 +48,7 @@ __all__ = [
     "dry_run_job",
     "estimate",
     "pick",
+    "pick_runs",
     "preview",
     "spec_of",
     "transform",
@@ -155,6 +156,24 @@ def pick(rt: Runtime, job: Job, method: Method, size: int) -> list[Document]:
             if key not in seen:  # $sample may repeat a document; look at it once
                 seen.add(key)
                 picked.append(doc)
+    return picked
+
+
+def pick_runs(rt: Runtime, job: Job, runs: int, length: int) -> list[list[Document]]:
+    """``runs`` stretches of up to ``length`` consecutive matching documents by ``_id``,
+    each from a randomly sampled start: what a lane's batches read, pages and all."""
+    collection = rt.db[job.collection]
+    starts = collection.aggregate(
+        [{"$match": job.match}, {"$sample": {"size": runs}}, {"$project": {"_id": 1}}],
+        **_hint(job),
+    )
+    with starts:
+        firsts = [doc["_id"] for doc in starts]
+    picked: list[list[Document]] = []
+    for first in firsts:
+        match = {"$and": [job.match, {"_id": {"$gte": first}}]}
+        found = collection.find(match, sort=[("_id", 1)], limit=length, **_hint(job))
+        picked.append(list(found))
     return picked
 
 

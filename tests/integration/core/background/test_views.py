@@ -6,9 +6,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pymongo.database import Database
 
 from migronaut_core import Migronaut
+from migronaut_core.cli.output import _eta_text, print_views
 from migronaut_core.windows import parse_windows, seconds_to_work
 from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
@@ -26,7 +28,10 @@ def _half_done(kit: Migronaut) -> None:
 
 
 def test_a_running_pass_shows_its_eta_as_a_range_around_the_plain_figure(
-    kit: Migronaut, db: Database[dict[str, Any]], migrations: Path
+    kit: Migronaut,
+    db: Database[dict[str, Any]],
+    migrations: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     seed_users(db, 3_000)
     write_background(migrations, batch_size=50, max_parallel=1, per_document_seconds=0.002)
@@ -45,6 +50,12 @@ def test_a_running_pass_shows_its_eta_as_a_range_around_the_plain_figure(
     assert abs(eta.seconds - view.eta_seconds) <= max(1.0, 0.2 * view.eta_seconds)
     shown = kit_json.status(kit, SPLIT_NAME)
     assert set(shown["eta_range"]) == {"low_seconds", "seconds", "high_seconds"}
+    # The CLI's table shows the range beside the expected figure.
+    print_views([shown])
+    header, row = capsys.readouterr().out.splitlines()
+    column = header.index("ETA RANGE")
+    low, high = row[column - 2 : column + len("ETA RANGE")].strip().split("-")
+    assert (low, high) == (_eta_text(eta.low_seconds), _eta_text(eta.high_seconds))
 
 
 def test_the_live_range_counts_only_open_time_and_waits_for_the_next_window(
