@@ -10,7 +10,7 @@ so a preview shows exactly the fields a pass would ``$set`` and ``$unset``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from pymongo.client_session import ClientSession
@@ -159,22 +159,50 @@ def pick(rt: Runtime, job: Job, method: Method, size: int) -> list[Document]:
     return picked
 
 
-def pick_runs(rt: Runtime, job: Job, runs: int, length: int) -> list[list[Document]]:
-    """``runs`` stretches of up to ``length`` consecutive matching documents by ``_id``,
-    each from a randomly sampled start: what a lane's batches read, pages and all."""
+def pick_runs(rt: Runtime, job: Job, size: int, length: int) -> list[list[Document]]:
+    """Up to ``size`` matching documents in stretches of up to ``length`` consecutive
+    ones by ``_id``, each from a randomly sampled start: what a lane's batches read,
+    pages and all.
+
+    No document is picked twice. Stretches cut short (by the end of the match, or
+    by one picked before) are topped up from the first matching documents, so a
+    match of at least ``size`` documents always gives that many.
+    """
     collection = rt.db[job.collection]
+    length = max(1, min(length, size))
+    runs = -(-size // length)
     starts = collection.aggregate(
         [{"$match": job.match}, {"$sample": {"size": runs}}, {"$project": {"_id": 1}}],
         **_hint(job),
     )
     with starts:
         firsts = [doc["_id"] for doc in starts]
+    seen: set[str] = set()
     picked: list[list[Document]] = []
     for first in firsts:
+        limit = min(length, size - len(seen))
+        if limit <= 0:  # a limit of 0 is none at all
+            break
         match = {"$and": [job.match, {"_id": {"$gte": first}}]}
-        found = collection.find(match, sort=[("_id", 1)], limit=length, **_hint(job))
-        picked.append(list(found))
-    return picked
+        found = collection.find(match, sort=[("_id", 1)], limit=limit, **_hint(job))
+        picked.append(_unseen(found, seen))
+    short = size - len(seen)
+    if short > 0:
+        found = collection.find(job.match, sort=[("_id", 1)], limit=size, **_hint(job))
+        rest = _unseen(found, seen)[:short]
+        picked.extend(list(run) for run in chunks(rest, length))
+    return [run for run in picked if run]
+
+
+def _unseen(docs: Iterable[Document], seen: set[str]) -> list[Document]:
+    """``docs`` not in ``seen`` (canonical ``_id`` keys), which now holds them too."""
+    fresh: list[Document] = []
+    for doc in docs:
+        key = canonical_id_key(doc["_id"])
+        if key not in seen:
+            seen.add(key)
+            fresh.append(doc)
+    return fresh
 
 
 def chunks(docs: Sequence[Document], size: int) -> Iterator[Sequence[Document]]:

@@ -65,7 +65,7 @@ def measure(rt: Runtime, job: Job, size: int) -> SampledCosts:
 
     :raises StoreError: the aborted transaction failed for a reason not transient.
     """
-    runs = pick_runs(rt, job, max(1, -(-size // CHUNK)), CHUNK)
+    runs = pick_runs(rt, job, size, CHUNK)
     namespace = len(rt.db.name) + 1 + len(job.collection)
     ctx = transform_context(rt, job, None)
     timed: list[_Chunk] = []

@@ -22,6 +22,7 @@ from pymongo.database import Database
 from migronaut_core import Migronaut
 from tests.support import kit_json
 from tests.support.background import SPLIT_NAME, seed_users, write_background
+from tests.support.servers import fail_point
 
 TOTAL = 3_000
 BATCH = 100
@@ -120,9 +121,19 @@ def test_a_lane_keeps_two_noted_writes_in_flight_and_checkpoints_only_written_ba
         mongo_uri, tz_aware=True, event_listeners=[watcher]
     )
     kit = Migronaut(client=client, uri=mongo_uri, database=db.name, migrations_dir=str(migrations))
+    # Each batch's write is held 150 ms on the server, so whether the lane sends the
+    # next one before this one returns does not hang on how busy the machine is
+    # (batches of 100 are rewritten faster than a loaded lane reads and notes the next).
+    slow_writes = {
+        "failCommands": ["update"],
+        "namespace": f"{db.name}.{USERS}",
+        "blockConnection": True,
+        "blockTimeMS": 150,
+    }
     try:
         kit.runs.up()
-        view: dict[str, Any] = kit_json.run(kit, SPLIT_NAME, concurrency=1)
+        with fail_point(db.client, slow_writes, "alwaysOn"):
+            view: dict[str, Any] = kit_json.run(kit, SPLIT_NAME, concurrency=1)
     finally:
         kit.close()
         client.close()
