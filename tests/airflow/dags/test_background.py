@@ -9,8 +9,8 @@ import pytest
 from pymongo.database import Database
 
 from migronaut_airflow.dags.assets import completed_asset
-from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
-from tests.support.background_dag import DOCUMENTS, run_until_completed
+from tests.support.background import SPLIT_NAME, make_kit, seed_users
+from tests.support.background_dag import DOCUMENTS, run_until_completed, write_migration
 from tests.support.dags import asset_events
 
 
@@ -24,7 +24,7 @@ def test_generated_dag_migrates_with_three_mapped_lanes(
     monkeypatch.setenv("MIGRONAUT_TEST_LANE_MAX_SLICES", "1")
     seed_users(db, DOCUMENTS)
     db.users.create_index([("_v", 1), ("_id", 1)])
-    write_background(dags_folder, batch_size=50, max_parallel=3, per_document_seconds=0.0005)
+    write_migration(dags_folder)
     with make_kit(mongo_uri, db, dags_folder) as kit:
         kit.runs.up()
     status, reasons = run_until_completed(mongo_uri, db, dags_folder)

@@ -13,8 +13,8 @@ import pytest
 from pymongo.database import Database
 
 from migronaut_core.config import CONFIG_FILE, BackgroundCollections
-from tests.support.background import SPLIT_NAME, make_kit, seed_users, write_background
-from tests.support.background_dag import DOCUMENTS, run_until_completed
+from tests.support.background import SPLIT_NAME, make_kit, seed_users
+from tests.support.background_dag import DOCUMENTS, run_until_completed, write_migration
 
 #: A ``background_collection`` other than the default, set in ``migronaut.toml``.
 CUSTOM_PREFIX = "ops_bg"
@@ -32,7 +32,7 @@ def test_generated_dag_waits_on_a_configured_collection_prefix(
     monkeypatch.setenv("MIGRONAUT_TEST_LANE_MAX_SLICES", "1")
     seed_users(db, DOCUMENTS)
     db.users.create_index([("_v", 1), ("_id", 1)])
-    write_background(dags_folder, batch_size=50, max_parallel=3, per_document_seconds=0.0005)
+    write_migration(dags_folder)
     with make_kit(mongo_uri, db, dags_folder, background_collection=CUSTOM_PREFIX) as kit:
         kit.runs.up()
     status, reasons = run_until_completed(
