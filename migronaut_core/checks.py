@@ -32,6 +32,7 @@ __all__ = [
     "MAX_FIELD_BYTES",
     "MAX_INT64",
     "MAX_NAMESPACE_BYTES",
+    "NestedSettingError",
     "check_choice",
     "check_collection_name",
     "check_field_name",
@@ -48,6 +49,22 @@ __all__ = [
     "time_zone_problem",
     "wrong_type",
 ]
+
+
+class NestedSettingError(ValueError):
+    """A value inside a nested setting that does not fit: ``problem`` (words after the
+    key) at ``path`` (keys and indexes below the setting's own key).
+
+    Raised by the parsers of nested settings (maintenance windows, health limits);
+    callers turn it into their typed error naming the whole key
+    (``background_windows.0.days``), never the value.
+    """
+
+    def __init__(self, problem: str, *path: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.path = path
+
 
 #: The largest integer BSON stores (int64): the default upper bound of an integer.
 MAX_INT64: Final = 2**63 - 1

@@ -14,15 +14,16 @@ import json
 import os
 import re
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import UnionType
-from typing import Any, Final, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias, TypeVar
 
 from pymongo.uri_parser import parse_uri
 
 from migronaut_core.checks import (
+    NestedSettingError,
     check_choice,
     check_collection_name,
     check_int,
@@ -32,13 +33,8 @@ from migronaut_core.checks import (
 )
 from migronaut_core.definitions import check_inline
 from migronaut_core.errors import ConfigInvalidError
-from migronaut_core.health_limits import (
-    DEFAULT_HEALTH,
-    HealthLimitError,
-    HealthSettings,
-    parse_health,
-)
-from migronaut_core.windows import Window, WindowError, parse_windows
+from migronaut_core.health_limits import DEFAULT_HEALTH, HealthSettings, parse_health
+from migronaut_core.windows import Window, parse_windows
 
 CONFIG_FILE = "migronaut.toml"
 PYPROJECT_FILE = "pyproject.toml"
@@ -411,18 +407,15 @@ def _parse_text(key: str, text: str, source: str) -> Any:
     )
 
 
+_Parsed = TypeVar("_Parsed")
+
+
 def _windows(key: str, value: Any, source: str) -> tuple[Window, ...]:
     """A window list checked as a background spec's ``windows`` is, named by its key
     (windows already checked, as :func:`replace` may pass back, are kept)."""
     if isinstance(value, tuple) and all(isinstance(item, Window) for item in value):
         return value
-    try:
-        return parse_windows(value)
-    except WindowError as error:
-        where = ".".join((key, *error.path))
-        raise ConfigInvalidError(
-            f"config key {where} in {source} {error.problem}", {"key": where, "source": source}
-        ) from None
+    return _nested(key, source, parse_windows, value)
 
 
 def _health(key: str, value: Any, source: str) -> HealthSettings | None:
@@ -430,9 +423,15 @@ def _health(key: str, value: Any, source: str) -> HealthSettings | None:
     (settings already checked, as :func:`replace` may pass back, are kept)."""
     if isinstance(value, HealthSettings):
         return value
+    return _nested(key, source, parse_health, value)
+
+
+def _nested(key: str, source: str, parse: Callable[[Any], _Parsed], value: Any) -> _Parsed:
+    """``parse(value)``, its :class:`~migronaut_core.checks.NestedSettingError` named by the
+    whole key and the source, never the value."""
     try:
-        return parse_health(value)
-    except HealthLimitError as error:
+        return parse(value)
+    except NestedSettingError as error:
         where = ".".join((key, *error.path))
         raise ConfigInvalidError(
             f"config key {where} in {source} {error.problem}", {"key": where, "source": source}

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias, get_args
 
-from migronaut_core.checks import int_problem, number_problem
+from migronaut_core.checks import NestedSettingError, int_problem, number_problem
 
 __all__ = [
     "DEFAULT_HEALTH",
@@ -71,16 +71,11 @@ _BOUNDS: Final[Mapping[HealthSignal, tuple[float, float, bool]]] = {
 _LIMIT_KEYS: Final = ("soft", "hard")
 
 
-class HealthLimitError(ValueError):
+class HealthLimitError(NestedSettingError):
     """A health setting that does not fit: ``problem`` (words after the key) at ``path``.
 
     Callers turn it into their typed error naming the key (``health.cache_dirty.soft``).
     """
-
-    def __init__(self, problem: str, *path: str) -> None:
-        super().__init__(problem)
-        self.problem = problem
-        self.path = path
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ from typing import Any, Final
 from zoneinfo import ZoneInfo
 
 from migronaut_core.checks import (
+    NestedSettingError,
     choice_problem,
     clock_time_problem,
     number_problem,
@@ -83,16 +84,11 @@ _DAYS_BACK: Final = 2
 _DAYS_AHEAD: Final = 9
 
 
-class WindowError(ValueError):
+class WindowError(NestedSettingError):
     """A window list that does not fit: ``problem`` (words after the key) at ``path``.
 
     Callers turn it into their typed error naming the key (``windows.0.days``).
     """
-
-    def __init__(self, problem: str, *path: str) -> None:
-        super().__init__(problem)
-        self.problem = problem
-        self.path = path
 
 
 @dataclass(frozen=True, slots=True)
